@@ -1,0 +1,5 @@
+"""`python -m localrun` is the same as the `localrun` console script."""
+
+from localrun.cli import main
+
+main()

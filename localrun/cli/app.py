@@ -1,0 +1,82 @@
+"""The Typer application every command module registers on, and the error boundary around it.
+
+Command groups live in their own modules (store_commands, generate_commands, daemon_commands, ...);
+they import heavy things (httpx, rich.progress, the client) inside the command functions so that
+`localrun --help` stays fast. The CLI never imports the engine, the runner or the server (except
+`serve`, which starts the server in-process).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+import typer
+
+from localrun import __version__
+from localrun.errors import LocalrunError
+
+app = typer.Typer(
+    name="localrun",
+    help="Run open LLMs locally: pull GGUF models, serve OpenAI/Ollama/Anthropic-compatible APIs, chat.",
+    no_args_is_help=True,
+    add_completion=True,
+    pretty_exceptions_enable=False,
+    rich_markup_mode="rich",
+)
+
+
+def _version(value: bool) -> None:
+    if value:
+        typer.echo(f"localrun {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(
+    version: bool = typer.Option(False, "--version", callback=_version, is_eager=True, help="Show the version and exit."),
+    debug: bool = typer.Option(False, "--debug", help="Show tracebacks on errors (also LOCALRUN_DEBUG=1)."),
+) -> None:
+    if debug:
+        os.environ["LOCALRUN_DEBUG"] = "1"
+
+
+def debugging() -> bool:
+    return os.environ.get("LOCALRUN_DEBUG", "") not in ("", "0", "false")
+
+
+def fail(message: str, code: int = 1) -> typer.Exit:
+    """Print one readable error line and return the Exit to raise."""
+    sys.stderr.write(f"error: {message}\n")
+    return typer.Exit(code)
+
+
+def main() -> None:
+    """Console-script entry: run the app; turn localrun errors into one stderr line and an exit code."""
+    from localrun.cli import commands  # noqa: F401  (registers every command)
+
+    try:
+        code = app(standalone_mode=False)
+    except LocalrunError as e:
+        if debugging():
+            raise
+        sys.stderr.write(f"error: {e.message}\n")
+        sys.exit(e.exit_code)
+    except KeyboardInterrupt:
+        sys.stderr.write("\n")
+        sys.exit(130)
+    except typer.Exit as e:
+        sys.exit(e.exit_code)
+    except typer.Abort:
+        sys.exit(1)
+    except Exception as e:  # click's usage errors and anything unexpected
+        import click
+
+        if isinstance(e, click.ClickException):
+            e.show()
+            sys.exit(e.exit_code)
+        if debugging():
+            raise
+        sys.stderr.write(f"error: {type(e).__name__}: {e}\n")
+        sys.exit(1)
+    sys.exit(code if isinstance(code, int) else 0)

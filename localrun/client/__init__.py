@@ -1,0 +1,1 @@
+"""Typed HTTP client for the daemon (httpx): the only way the CLI reaches it."""

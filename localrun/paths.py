@@ -1,0 +1,58 @@
+"""Where localrun keeps its files: platformdirs locations, all moved under one root by `LOCALRUN_HOME`.
+
+A leaf module: it reads the environment each call (tests point `LOCALRUN_HOME` at a temp dir per test).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+APP = "localrun"
+
+
+def _home() -> Path | None:
+    value = os.environ.get("LOCALRUN_HOME")
+    return Path(value).expanduser() if value else None
+
+
+def data_dir() -> Path:
+    """Models live here: `blobs/` and `manifests/`."""
+    home = _home()
+    if home:
+        return home
+    import platformdirs
+
+    return Path(platformdirs.user_data_dir(APP))
+
+
+def config_dir() -> Path:
+    home = _home()
+    if home:
+        return home / "config"
+    import platformdirs
+
+    return Path(platformdirs.user_config_dir(APP))
+
+
+def log_dir() -> Path:
+    home = _home()
+    if home:
+        return home / "logs"
+    import platformdirs
+
+    return Path(platformdirs.user_log_dir(APP))
+
+
+def runtime_dir() -> Path:
+    """Pid file and sockets. platformdirs' runtime dir may not exist on every system; fall back to data."""
+    home = _home()
+    if home:
+        return home / "run"
+    import platformdirs
+
+    return Path(platformdirs.user_runtime_dir(APP))
+
+
+def models_dir() -> Path:
+    return data_dir() / "models"
