@@ -1,0 +1,160 @@
+"""The thin layer over llama-cpp-python's low-level ctypes API: model, context, batch, vocabulary.
+
+Everything else in the engine speaks Python lists and ints; only this module touches pointers.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import logging
+
+import llama_cpp as L
+
+from localrun.errors import ModelLoadError
+
+log = logging.getLogger("localrun.llama")
+
+_KV_TYPES = {"f16": L.GGML_TYPE_F16, "q8_0": L.GGML_TYPE_Q8_0, "q4_0": L.GGML_TYPE_Q4_0}
+_FLASH = {"auto": L.LLAMA_FLASH_ATTN_TYPE_AUTO, "on": L.LLAMA_FLASH_ATTN_TYPE_ENABLED,
+          "off": L.LLAMA_FLASH_ATTN_TYPE_DISABLED}
+
+
+@L.llama_log_callback
+def _log_to_python(level: int, text: bytes, user_data: ctypes.c_void_p) -> None:
+    """llama.cpp chatters on stderr by default; keep it in Python logging at debug level."""
+    if log.isEnabledFor(logging.DEBUG):
+        log.debug(text.decode("utf-8", "replace").rstrip("\n"))
+
+
+_initialized = False
+
+
+def init_backend() -> None:
+    """Once per process: route llama.cpp's log to Python logging and initialise its backends."""
+    global _initialized
+    if not _initialized:
+        L.llama_log_set(_log_to_python, ctypes.c_void_p(0))
+        L.llama_backend_init()
+        _initialized = True
+
+
+class Model:
+    """A loaded GGUF model and its vocabulary."""
+
+    def __init__(self, path: str, gpu_layers: int | None) -> None:
+        init_backend()
+        params = L.llama_model_default_params()
+        offload = L.llama_supports_gpu_offload()
+        self.gpu_layers = (999 if offload else 0) if gpu_layers is None else (gpu_layers if offload else 0)
+        params.n_gpu_layers = self.gpu_layers
+        self.ptr = L.llama_model_load_from_file(path.encode(), params)
+        if not self.ptr:
+            raise ModelLoadError(f"model failed to load: {path} (not a valid GGUF model for this llama.cpp build)")
+        self.vocab = L.llama_model_get_vocab(self.ptr)
+        self.n_vocab = L.llama_vocab_n_tokens(self.vocab)
+        self._pieces: list[bytes | None] = [None] * self.n_vocab
+        self._piece_buf = ctypes.create_string_buffer(256)
+
+    def meta(self, key: str) -> str | None:
+        buf = ctypes.create_string_buffer(4096)
+        n = L.llama_model_meta_val_str(self.ptr, key.encode(), buf, len(buf))
+        return buf.value.decode("utf-8", "replace") if n >= 0 else None
+
+    def chat_template(self) -> str | None:
+        raw = L.llama_model_chat_template(self.ptr, None)
+        return raw.decode("utf-8", "replace") if raw else None
+
+    def tokenize(self, text: str, add_special: bool, parse_special: bool) -> list[int]:
+        data = text.encode("utf-8")
+        cap = len(data) + 8
+        buf = (L.llama_token * cap)()
+        n = L.llama_tokenize(self.vocab, data, len(data), buf, cap, add_special, parse_special)
+        if n < 0:  # more tokens than bytes + 8 cannot happen, but the API allows asking again
+            buf = (L.llama_token * -n)()
+            n = L.llama_tokenize(self.vocab, data, len(data), buf, -n, add_special, parse_special)
+        return list(buf[:n])
+
+    def piece(self, token: int) -> bytes:
+        """The bytes of one token as generated text (special tokens render as nothing)."""
+        cached = self._pieces[token]
+        if cached is None:
+            cached = self._pieces[token] = self._render(token, special=False)
+        return cached
+
+    def special_piece(self, token: int) -> bytes:
+        """The bytes of one token with special tokens by name ("<|im_end|>"), as `tokenize` parses them."""
+        return self._render(token, special=True) if token >= 0 else b""
+
+    def token_text(self, token: int) -> str:
+        """A token as the caller should see it in log-probabilities and metadata."""
+        return self.special_piece(token).decode("utf-8", "replace")
+
+    def _render(self, token: int, special: bool) -> bytes:
+        n = L.llama_token_to_piece(self.vocab, token, self._piece_buf, len(self._piece_buf), 0, special)
+        if n < 0:
+            buf = ctypes.create_string_buffer(-n)
+            n = L.llama_token_to_piece(self.vocab, token, buf, -n, 0, special)
+            return buf.raw[:n]
+        return self._piece_buf.raw[:n]
+
+    def is_eog(self, token: int) -> bool:
+        return L.llama_vocab_is_eog(self.vocab, token)
+
+    def eog_tokens(self) -> list[int]:
+        return [t for t in range(self.n_vocab) if L.llama_vocab_is_eog(self.vocab, t)]
+
+    def free(self) -> None:
+        if self.ptr:
+            L.llama_model_free(self.ptr)
+            self.ptr = None
+
+
+def new_context(model: Model, *, n_ctx: int, n_batch: int, n_seq_max: int, threads: int,
+                flash_attn: str = "auto", kv_type: str = "f16", embeddings: bool = False,
+                pooling: int = L.LLAMA_POOLING_TYPE_UNSPECIFIED):
+    """A llama context with `n_seq_max` sequences sharing one unified KV cache of `n_ctx` cells."""
+    params = L.llama_context_default_params()
+    params.n_ctx, params.n_batch, params.n_ubatch = n_ctx, n_batch, n_batch
+    params.n_seq_max, params.kv_unified = n_seq_max, True
+    params.n_threads = params.n_threads_batch = threads
+    params.flash_attn_type = _FLASH[flash_attn]
+    params.type_k = params.type_v = _KV_TYPES[kv_type]
+    params.embeddings, params.pooling_type = embeddings, pooling
+    params.no_perf = True
+    ctx = L.llama_init_from_model(model.ptr, params)
+    if not ctx:
+        raise ModelLoadError(f"model failed to load: cannot create a context of {n_ctx} tokens "
+                             f"(flash_attn={flash_attn}, kv_cache_type={kv_type})")
+    return ctx
+
+
+class Batch:
+    """One reusable `llama_batch`: filled token by token, decoded, cleared."""
+
+    def __init__(self, capacity: int) -> None:
+        self.capacity = capacity
+        self.raw = L.llama_batch_init(capacity, 0, 1)
+        self.n = 0
+
+    def clear(self) -> None:
+        self.n = 0
+
+    def add(self, token: int, pos: int, seq_id: int, logits: bool) -> int:
+        """Append one token; returns its index (the index for llama_get_logits_ith)."""
+        i, b = self.n, self.raw
+        b.token[i], b.pos[i], b.n_seq_id[i], b.logits[i] = token, pos, 1, logits
+        b.seq_id[i][0] = seq_id
+        self.n = i + 1
+        return i
+
+    def decode(self, ctx) -> int:
+        self.raw.n_tokens = self.n
+        return L.llama_decode(ctx, self.raw)
+
+    def free(self) -> None:
+        if self.raw is not None:
+            L.llama_batch_free(self.raw)
+            self.raw = None
+
+
+__all__ = ["Batch", "Model", "init_backend", "new_context"]

@@ -1,0 +1,81 @@
+"""Embeddings: a second llama context with embeddings on, created when first needed.
+
+Several inputs share one batch (one sequence id each); the model's pooling is used, or mean
+pooling for generative models that have none. Vectors are L2-normalised.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import math
+
+import llama_cpp as L
+
+from localrun.engine.backend import Batch, Model, new_context
+from localrun.errors import ContextOverflow, LocalrunError
+
+MAX_SEQS = 16
+
+
+class Embedder:
+    """Owns the embeddings context; `embed` returns normalised vectors and the tokens evaluated."""
+
+    def __init__(self, model: Model, ctx_size: int, threads: int) -> None:
+        self.model, self.ctx_size = model, ctx_size
+        self.n_embd = L.llama_model_n_embd(model.ptr)
+        self.ctx = new_context(model, n_ctx=ctx_size, n_batch=ctx_size, n_seq_max=MAX_SEQS,
+                               threads=threads, embeddings=True)
+        if L.llama_pooling_type(self.ctx) == L.LLAMA_POOLING_TYPE_NONE:
+            L.llama_free(self.ctx)  # a generative model: pool by mean over the input's tokens
+            self.ctx = new_context(model, n_ctx=ctx_size, n_batch=ctx_size, n_seq_max=MAX_SEQS,
+                                   threads=threads, embeddings=True, pooling=L.LLAMA_POOLING_TYPE_MEAN)
+        self.batch = Batch(ctx_size)
+
+    def embed(self, texts: list[str]) -> tuple[list[list[float]], int]:
+        inputs = [self.model.tokenize(t, True, True) for t in texts]
+        for i, tokens in enumerate(inputs):
+            if not tokens:
+                inputs[i] = tokens = [L.llama_vocab_bos(self.model.vocab)]
+            if len(tokens) > self.ctx_size:
+                raise ContextOverflow(f"input {i} is {len(tokens)} tokens; embeddings take at most {self.ctx_size}")
+        vectors: list[list[float]] = []
+        for group in self._groups(inputs):
+            vectors.extend(self._run(group))
+        return vectors, sum(map(len, inputs))
+
+    def _groups(self, inputs: list[list[int]]):
+        """Consecutive inputs that fit one batch together."""
+        group: list[list[int]] = []
+        for tokens in inputs:
+            if group and (len(group) == MAX_SEQS or sum(map(len, group)) + len(tokens) > self.ctx_size):
+                yield group
+                group = []
+            group.append(tokens)
+        if group:
+            yield group
+
+    def _run(self, group: list[list[int]]) -> list[list[float]]:
+        self.batch.clear()
+        for seq_id, tokens in enumerate(group):
+            for pos, token in enumerate(tokens):
+                self.batch.add(token, pos, seq_id, True)
+        L.llama_memory_clear(L.llama_get_memory(self.ctx), True)
+        status = self.batch.decode(self.ctx)
+        if status != 0:
+            raise LocalrunError(f"embedding failed: llama_decode returned {status}")
+        return [self._vector(seq_id) for seq_id in range(len(group))]
+
+    def _vector(self, seq_id: int) -> list[float]:
+        ptr = L.llama_get_embeddings_seq(self.ctx, seq_id)
+        values = ctypes.cast(ptr, ctypes.POINTER(ctypes.c_float))[: self.n_embd]
+        norm = math.sqrt(sum(v * v for v in values)) or 1.0
+        return [v / norm for v in values]
+
+    def close(self) -> None:
+        self.batch.free()
+        if self.ctx:
+            L.llama_free(self.ctx)
+            self.ctx = None
+
+
+__all__ = ["Embedder"]

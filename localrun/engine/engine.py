@@ -1,0 +1,311 @@
+"""The engine: one llama.cpp model and context, many sequences, one `llama_decode` per step.
+
+`step()` asks the scheduler for a plan, evaluates it in one batch, then samples a token for every
+sequence that produced logits and turns it into events (text, finish). Everything about which
+tokens go where lives in the scheduler; everything about pointers lives in `backend`.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import llama_cpp as L
+
+from localrun.engine import chat_template
+from localrun.engine.backend import Batch, Model, new_context
+from localrun.engine.detokenizer import Detokenizer
+from localrun.engine.embed import Embedder
+from localrun.engine.events import Event, Finished, Timings, Token
+from localrun.engine.sampler import Sampler, log_softmax, top_logprobs
+from localrun.engine.scheduler import Plan, Scheduler
+from localrun.engine.sequence import Request, Sequence
+from localrun.engine.settings import FLASH_ATTN, KV_CACHE_TYPES, EngineSettings, physical_cores
+from localrun.engine.stops import StopMatcher
+from localrun.engine.threads import ThreadTuner
+from localrun.errors import ContextOverflow, InvalidRequest, LocalrunError, UsageError
+
+
+@dataclass(slots=True)
+class _State:
+    """The per-request helpers a Sequence carries through the engine."""
+
+    request: Request
+    sampler: Sampler
+    detok: Detokenizer
+    stops: StopMatcher
+    t_prompt: float = 0.0
+    t_first: float = 0.0
+    load_ms: float = 0.0
+
+
+class Engine:
+    """Continuous batching over `settings.parallel` sequence slots of one model."""
+
+    def __init__(self, model_path: str, settings: EngineSettings | None = None) -> None:
+        self.settings = settings = settings or EngineSettings()
+        _validate(settings)
+        start = time.perf_counter()
+        self.model = Model(model_path, settings.gpu_layers)
+        self._tuner = ThreadTuner(physical_cores()) if settings.threads is None else None
+        self._threads = self._tuner.threads if self._tuner else settings.threads
+        try:
+            self.ctx = new_context(self.model, n_ctx=settings.parallel * settings.ctx_size,
+                                   n_batch=settings.batch_size, n_seq_max=settings.parallel,
+                                   threads=self._threads, flash_attn=settings.flash_attn,
+                                   kv_type=settings.kv_cache_type)
+        except Exception:
+            self.model.free()
+            raise
+        self.memory = L.llama_get_memory(self.ctx)
+        self.batch = Batch(settings.batch_size)
+        self.scheduler = Scheduler(settings.parallel, settings.batch_size)
+        self._embedder: Embedder | None = None
+        self._eog: list[int] | None = None
+        self.load_ms = (time.perf_counter() - start) * 1000
+        self._unbilled_load_ms = self.load_ms
+
+    # -- requests ---------------------------------------------------------------------------
+
+    def add(self, request: Request) -> None:
+        """Queue a request; it joins the running batch at the next step with a free slot."""
+        prompt = self._checked_prompt(request)
+        if self.scheduler.find(request.id):
+            raise InvalidRequest(f"request id {request.id!r} is already in use")
+        p = request.sampling
+        banned = self._eog_tokens() if p.ignore_eos else []
+        sampler = Sampler(self.model.vocab, self.model.n_vocab, p, p.seed if p.seed is not None else self.settings.seed, banned)
+        state = _State(request, sampler, Detokenizer(self.model.piece), StopMatcher(p.stop))
+        state.load_ms, self._unbilled_load_ms = self._unbilled_load_ms, 0.0
+        self.scheduler.add(Sequence(request.id, list(prompt), len(prompt), p.max_tokens, state=state))
+
+    def cancel(self, request_id: str) -> None:
+        """Stop a request at the next step (a Finished event with reason "cancelled" follows)."""
+        seq = self.scheduler.find(request_id)
+        if seq is not None:
+            seq.cancelled = True
+
+    @property
+    def has_work(self) -> bool:
+        return self.scheduler.has_work
+
+    def step(self) -> list[Event]:
+        """One `llama_decode`: a decode token per running sequence plus prefill chunks."""
+        events = self._reap_cancelled()
+        plan = self.scheduler.schedule()
+        if plan.chunks:
+            indices = self._evaluate(plan)
+            for chunk, index in zip(plan.chunks, indices):
+                if chunk.n_logits:
+                    events.extend(self._next_token(chunk.seq, index))
+        return events
+
+    # -- one step -------------------------------------------------------------------------------
+
+    def _evaluate(self, plan: Plan) -> list[int]:
+        """Fill the batch from the plan and decode it; returns each chunk's last batch index."""
+        for slot_id, keep in plan.trims:
+            L.llama_memory_seq_rm(self.memory, slot_id, keep, -1)
+        batch, indices, now = self.batch, [], time.perf_counter()
+        batch.clear()
+        for c in plan.chunks:
+            seq, tokens = c.seq, c.seq.tokens
+            if c.start == seq.n_cached and seq.prefilling:
+                seq.state.t_prompt = now
+            last = c.start + c.n - 1
+            for pos in range(c.start, c.start + c.n):
+                index = batch.add(tokens[pos], pos, seq.slot, pos > last - c.n_logits)
+            indices.append(index)
+        self._decode(plan)
+        return indices
+
+    def _decode(self, plan: Plan) -> None:
+        threads = self._tuned_threads()
+        start = time.perf_counter()
+        status = self.batch.decode(self.ctx)
+        if status != 0:
+            raise LocalrunError(f"llama_decode failed with status {status} ({self.batch.n} tokens)")
+        self.scheduler.commit(plan)
+        if self._tuner and all(not c.seq.prefilling and c.n == 1 for c in plan.chunks):
+            self._tuner.record(threads, self.batch.n, time.perf_counter() - start)
+
+    def _tuned_threads(self) -> int:
+        if self._tuner and self._tuner.threads != self._threads:
+            self._threads = self._tuner.threads
+            L.llama_set_n_threads(self.ctx, self._threads, self._threads)
+        return self._threads
+
+    def _next_token(self, seq: Sequence, index: int) -> list[Event]:
+        """Sample one token for `seq` and turn it into events."""
+        st: _State = seq.state
+        if seq.max_tokens == 0:  # prompt only (e.g. to warm the cache)
+            st.t_first = time.perf_counter()
+            return [self._finish(seq, "length")]
+        want = st.request.sampling.logprobs
+        logprobs = log_softmax(self.ctx, index, self.model.n_vocab) if want is not None else None
+        token = st.sampler.sample(self.ctx, index)
+        if seq.n_generated == 0:
+            st.t_first = time.perf_counter()
+        seq.tokens.append(token)
+        eog = self.model.is_eog(token) and not st.request.sampling.ignore_eos
+        text = "" if eog else st.stops.push(st.detok.push(token))
+        reason = "stop" if (eog or st.stops.matched) else self._length_reached(seq)
+        if reason and not st.stops.matched:
+            text += st.stops.push(st.detok.flush())
+            text += st.stops.flush()
+            reason = "stop" if st.stops.matched else reason
+        events: list[Event] = []
+        if not eog or text:
+            events.append(self._token_event(seq, token, text, logprobs, want))
+        if reason:
+            events.append(self._finish(seq, reason))
+        return events
+
+    def _length_reached(self, seq: Sequence) -> str | None:
+        if seq.max_tokens is not None and seq.n_generated >= seq.max_tokens:
+            return "length"
+        return "length" if len(seq.tokens) >= self.settings.ctx_size else None
+
+    def _token_event(self, seq: Sequence, token: int, text: str, logprobs, want: int | None) -> Token:
+        if logprobs is None:
+            return Token(seq.id, text, token)
+        top = [(self.model.token_text(t), lp) for t, lp in top_logprobs(logprobs, want)] if want else None
+        return Token(seq.id, text, token, float(logprobs[token]), top)
+
+    def _finish(self, seq: Sequence, reason: str) -> Finished:
+        st: _State = seq.state
+        self.scheduler.finish(seq)
+        st.sampler.free()
+        now = time.perf_counter()
+        first = st.t_first or now
+        timings = Timings(
+            prompt_tokens=seq.n_prompt, cached_tokens=seq.n_cached,
+            prompt_ms=(first - st.t_prompt) * 1000 if st.t_prompt else 0.0,
+            generated_tokens=seq.n_generated, generation_ms=(now - first) * 1000 if st.t_first else 0.0,
+            load_ms=st.load_ms)
+        return Finished(seq.id, reason, timings, st.stops.matched if reason == "stop" else None)
+
+    def _reap_cancelled(self) -> list[Event]:
+        cancelled = [s for s in (*self.scheduler.running, *self.scheduler.waiting) if s.cancelled]
+        return [self._finish(seq, "cancelled") for seq in cancelled]
+
+    # -- prompts --------------------------------------------------------------------------------
+
+    def _checked_prompt(self, request: Request) -> list[int]:
+        prompt, limit = request.prompt, self.settings.ctx_size
+        if not prompt:
+            raise InvalidRequest("the prompt is empty")
+        if min(prompt) < 0 or max(prompt) >= self.model.n_vocab:
+            raise InvalidRequest(f"the prompt has token ids outside the vocabulary (0..{self.model.n_vocab - 1})")
+        if len(prompt) + 1 <= limit:
+            return prompt
+        if not request.truncate:
+            raise ContextOverflow(f"the prompt is {len(prompt)} tokens, but the context holds {limit} per "
+                                  f"request including at least one generated token")
+        return self._truncated(prompt, request.sampling.max_tokens)
+
+    def _truncated(self, prompt: list[int], max_tokens: int | None) -> list[int]:
+        """Keep the newest tokens, leaving room for max_tokens (at most half the context); keep BOS."""
+        limit = self.settings.ctx_size
+        room = limit - 1 - min(max_tokens or 0, limit // 2)
+        head = prompt[:1] if prompt[0] == L.llama_vocab_bos(self.model.vocab) else []
+        return head + prompt[len(prompt) - room + len(head):]
+
+    def _eog_tokens(self) -> list[int]:
+        if self._eog is None:
+            self._eog = self.model.eog_tokens()
+        return self._eog
+
+    # -- text -----------------------------------------------------------------------------------
+
+    def tokenize(self, text: str, add_special: bool = True, parse_special: bool = True) -> list[int]:
+        return self.model.tokenize(text, add_special, parse_special)
+
+    def detokenize(self, tokens: list[int]) -> str:
+        """Text of the tokens, special tokens included by name (the inverse of `tokenize`)."""
+        return b"".join(self.model.special_piece(t) for t in tokens).decode("utf-8", "replace")
+
+    def render_chat(self, messages: list[dict], tools: list[dict] | None = None,
+                    add_generation_prompt: bool = True, **extra: Any) -> str:
+        """The prompt text for a conversation, from the model's own chat template."""
+        return chat_template.render(self._template, messages, tools=tools, add_generation_prompt=add_generation_prompt,
+                                    bos_token=self._bos_text, eos_token=self._eos_text, **extra)
+
+    @property
+    def _template(self) -> str | None:
+        return self.model.chat_template()
+
+    @property
+    def _bos_text(self) -> str:
+        return self.model.token_text(L.llama_vocab_bos(self.model.vocab))
+
+    @property
+    def _eos_text(self) -> str:
+        return self.model.token_text(L.llama_vocab_eos(self.model.vocab))
+
+    def embed(self, texts: list[str]) -> tuple[list[list[float]], int]:
+        """Normalised embeddings of each text and the total number of tokens evaluated."""
+        if self._embedder is None:
+            size = min(self.settings.embed_ctx_size, L.llama_model_n_ctx_train(self.model.ptr) or 2048)
+            self._embedder = Embedder(self.model, size, self._threads)
+        return self._embedder.embed(texts)
+
+    # -- facts and lifetime -----------------------------------------------------------------------
+
+    @property
+    def info(self) -> dict[str, Any]:
+        m, s = self.model, self.settings
+        return {
+            "architecture": m.meta("general.architecture"),
+            "n_ctx_train": L.llama_model_n_ctx_train(m.ptr),
+            "n_vocab": m.n_vocab,
+            "n_embd": L.llama_model_n_embd(m.ptr),
+            "bos_token": self._bos_text,
+            "eos_token": self._eos_text,
+            "has_chat_template": self._template is not None,
+            "threads": self._threads,
+            "threads_mode": "auto (physical cores, tuned against n-1)" if self._tuner else "fixed",
+            "n_ctx": L.llama_n_ctx(self.ctx),
+            "ctx_size": s.ctx_size,
+            "parallel": s.parallel,
+            "batch_size": s.batch_size,
+            "gpu_layers": m.gpu_layers,
+            "gpu_offload": L.llama_supports_gpu_offload(),
+            "flash_attn": s.flash_attn,
+            "kv_cache_type": s.kv_cache_type,
+            "load_ms": self.load_ms,
+        }
+
+    def close(self) -> None:
+        """Free everything llama.cpp holds for this engine; safe to call twice."""
+        for seq in (*self.scheduler.running, *self.scheduler.waiting):
+            seq.state.sampler.free()
+        if self._embedder:
+            self._embedder.close()
+            self._embedder = None
+        self.batch.free()
+        if self.ctx:
+            L.llama_free(self.ctx)
+            self.ctx = None
+        self.model.free()
+
+    def __enter__(self) -> Engine:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def _validate(s: EngineSettings) -> None:
+    if s.parallel < 1 or s.ctx_size < 8 or s.batch_size < 1:
+        raise UsageError("parallel, ctx_size and batch_size must be positive (ctx_size at least 8)")
+    if s.flash_attn not in FLASH_ATTN:
+        raise UsageError(f"flash_attn must be one of {', '.join(FLASH_ATTN)}, got {s.flash_attn!r}")
+    if s.kv_cache_type not in KV_CACHE_TYPES:
+        raise UsageError(f"kv_cache_type must be one of {', '.join(KV_CACHE_TYPES)}, got {s.kv_cache_type!r}")
+    if s.threads is not None and s.threads < 1:
+        raise UsageError(f"threads must be at least 1, got {s.threads}")
+
+
+__all__ = ["Engine"]

@@ -1,0 +1,57 @@
+"""Engine settings, and the deliberate choice of CPU threads."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+FLASH_ATTN = ("auto", "on", "off")
+KV_CACHE_TYPES = ("f16", "q8_0", "q4_0")
+
+
+@dataclass(slots=True)
+class EngineSettings:
+    """How one model is served. `ctx_size` is per slot: the context holds `parallel * ctx_size`
+    tokens in one unified KV cache, and each sequence may use up to `ctx_size` of them."""
+
+    parallel: int = 4
+    ctx_size: int = 4096
+    batch_size: int = 512
+    threads: int | None = None  # None = auto: physical cores, tuned against n-1 while running
+    flash_attn: str = "auto"
+    kv_cache_type: str = "f16"
+    gpu_layers: int | None = None  # None = all when the build can offload, else 0
+    speculative: int = 0  # prompt-lookup draft tokens per step (0 = off); reserved for issue 6
+    seed: int | None = None  # default seed for requests without one; None = random per request
+    embed_ctx_size: int = 2048  # context of the lazily created embeddings context
+
+
+def physical_cores() -> int:
+    """Cores this process may run on, counting hyperthread siblings once.
+
+    Decoding is memory-bound: a second hyperthread on the same core adds contention, not speed.
+    """
+    allowed = _allowed_cpus()
+    cores = set()
+    for cpu in allowed:
+        siblings = _read(f"/sys/devices/system/cpu/cpu{cpu}/topology/thread_siblings_list")
+        cores.add(siblings or str(cpu))
+    return max(1, len(cores))
+
+
+def _allowed_cpus() -> list[int]:
+    try:
+        return sorted(os.sched_getaffinity(0))
+    except AttributeError:  # macOS, Windows
+        return list(range(os.cpu_count() or 1))
+
+
+def _read(path: str) -> str:
+    try:
+        with open(path, encoding="ascii") as f:
+            return f.read().strip()
+    except OSError:
+        return ""
+
+
+__all__ = ["EngineSettings", "physical_cores", "FLASH_ATTN", "KV_CACHE_TYPES"]
