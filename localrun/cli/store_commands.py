@@ -1,1 +1,184 @@
-"""Model-store commands: pull, list, show, rm, cp. They work without a daemon."""
+"""Model-store commands: pull, list, show, rm, cp. They work without a daemon.
+
+Output rules: results go to stdout, progress and errors to stderr. A progress bar only when stderr
+is a terminal (no bar, no ANSI on a pipe or with --quiet, just the final line); --json gives one
+JSON object per line for scripts.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from datetime import datetime, timezone
+from typing import Any
+
+import typer
+
+from localrun.cli.app import app
+
+
+@app.command()
+def pull(
+    model: str = typer.Argument(..., help="smollm2, name:tag, hf.co/user/repo[:quant], an https://….gguf URL or a file."),
+    link: bool = typer.Option(False, "--link", help="Use a local file in place instead of copying it into the store."),
+    quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bar, only the final line."),
+    as_json: bool = typer.Option(False, "--json", help="Progress events and the result as JSON lines."),
+) -> None:
+    """Download a model (or import a local GGUF file) into the store; a no-op when it is present."""
+    from localrun.store import Store
+
+    show_bar = sys.stderr.isatty() and not (quiet or as_json)
+    reporter = _JsonReporter() if as_json else _BarReporter() if show_bar else None
+    try:
+        result = Store().pull(model, link=link, progress=reporter)
+    finally:
+        if isinstance(reporter, _BarReporter):
+            reporter.close()
+    if as_json:
+        _print_json({"status": "success", "model": result.to_dict()})
+    else:
+        typer.echo(f"pulled {result.name} ({result.short_id}, {_size(result.size)})")
+
+
+@app.command("list")
+def list_models(as_json: bool = typer.Option(False, "--json", help="Print a JSON array.")) -> None:
+    """List the models in the store."""
+    from localrun.store import Store
+
+    models = Store().list()
+    if as_json:
+        _print_json([m.to_dict() for m in models])
+        return
+    rows = [("NAME", "ID", "SIZE", "QUANT", "PARAMS", "MODIFIED")]
+    rows += [(m.name, m.short_id, _size(m.size), m.quantization, m.parameter_size, _ago(m.modified)) for m in models]
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    for row in rows:
+        typer.echo("  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip())
+
+
+app.command("ls", hidden=True)(list_models)
+
+
+@app.command()
+def show(
+    model: str = typer.Argument(..., help="A pulled model's name."),
+    as_json: bool = typer.Option(False, "--json", help="Everything as one JSON object."),
+    template: bool = typer.Option(False, "--template", help="Print only the chat template."),
+    license_: bool = typer.Option(False, "--license", help="Print only the license."),
+    metadata: bool = typer.Option(False, "--metadata", help="Print the raw GGUF key/values."),
+) -> None:
+    """Show a model's facts read from its GGUF header: architecture, size, context, template, tokens."""
+    from localrun.store import Store
+
+    store = Store()
+    resolved, info = store.resolve(model), store.show(model)
+    if as_json:
+        _print_json({**resolved.to_dict(), **info.to_dict()})
+    elif template:
+        typer.echo(info.chat_template)
+    elif license_:
+        typer.echo(info.license or "(no license in the GGUF metadata)")
+    elif metadata:
+        for key, value in info.metadata.items():
+            typer.echo(f"{key} = {value!r}" if isinstance(value, str) else f"{key} = {value}")
+    else:
+        _print_info(resolved, info)
+
+
+@app.command()
+def rm(models: list[str] = typer.Argument(..., help="Names of pulled models.")) -> None:
+    """Remove models; blobs no other name uses are deleted."""
+    from localrun.store import Store
+
+    store = Store()
+    for name in models:
+        store.remove(name)
+        typer.echo(f"deleted {name}")
+
+
+@app.command()
+def cp(
+    source: str = typer.Argument(..., help="A pulled model."),
+    destination: str = typer.Argument(..., help="The new name (name[:tag])."),
+) -> None:
+    """Give a pulled model another name (no copy of the file is made)."""
+    from localrun.store import Store
+
+    copied = Store().copy(source, destination)
+    typer.echo(f"copied {source} to {copied.name}")
+
+
+def _print_info(model, info) -> None:
+    facts = [("name", model.name), ("architecture", info.architecture), ("parameters", info.parameter_size),
+             ("quantization", info.quantization), ("context length", str(info.context_length)),
+             ("embedding length", str(info.embedding_length)), ("license", info.license or "-"),
+             ("size", _size(model.size)), ("digest", model.digest), ("source", model.source)]
+    typer.echo("  Model")
+    for key, value in facts:
+        typer.echo(f"    {key:<18}{value}")
+    if info.special_tokens:
+        typer.echo("\n  Special tokens")
+        for key, value in info.special_tokens.items():
+            typer.echo(f"    {key:<18}{value!r}")
+    if info.chat_template:
+        typer.echo(f"\n  Chat template: {len(info.chat_template)} characters (show --template prints it)")
+
+
+class _BarReporter:
+    """A rich progress bar on stderr: bytes, speed and ETA while pulling, one line per other step."""
+
+    def __init__(self) -> None:
+        from rich.console import Console
+        from rich.progress import (BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn,
+                                   TransferSpeedColumn)
+
+        self.progress = Progress(TextColumn("{task.description}"), BarColumn(), DownloadColumn(),
+                                 TransferSpeedColumn(), TimeRemainingColumn(), console=Console(stderr=True))
+        self.progress.start()
+        self.tasks: dict[str, Any] = {}
+
+    def __call__(self, event) -> None:
+        task = self.tasks.get(event.status)
+        if task is None:
+            task = self.tasks[event.status] = self.progress.add_task(event.status, total=event.total or None)
+        self.progress.update(task, completed=event.completed, total=event.total or None)
+
+    def close(self) -> None:
+        self.progress.stop()
+
+
+class _JsonReporter:
+    """Ollama-style JSON lines: every status change, and byte progress at most ten times a second."""
+
+    def __init__(self) -> None:
+        self.last_status, self.last_time = "", 0.0
+
+    def __call__(self, event) -> None:
+        now = time.monotonic()
+        done = event.total and event.completed >= event.total
+        if event.status != self.last_status or done or now - self.last_time >= 0.1:
+            if event.status != "success":
+                _print_json(event.to_dict())
+            self.last_status, self.last_time = event.status, now
+
+
+def _print_json(data: Any) -> None:
+    sys.stdout.write(json.dumps(data, ensure_ascii=False) + "\n")
+    sys.stdout.flush()
+
+
+def _size(n: int) -> str:
+    for unit, scale in (("GB", 1e9), ("MB", 1e6), ("KB", 1e3)):
+        if n >= scale:
+            return f"{n / scale:.1f} {unit}" if n < 10 * scale else f"{n / scale:.0f} {unit}"
+    return f"{n} B"
+
+
+def _ago(when: datetime) -> str:
+    seconds = (datetime.now(timezone.utc) - when).total_seconds()
+    for unit, scale in (("day", 86400), ("hour", 3600), ("minute", 60)):
+        if seconds >= scale:
+            count = int(seconds // scale)
+            return f"{count} {unit}{'s' if count > 1 else ''} ago"
+    return "just now"

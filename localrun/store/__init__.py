@@ -1,1 +1,20 @@
-"""The model store: names, the catalogue, content-addressed blobs, manifests and verified downloads."""
+"""The model store: names, the catalogue, content-addressed blobs, manifests and verified downloads.
+
+    from localrun.store import Store
+    model = Store().pull("smollm2")        # a fast no-op when present
+    llama_path = Store().resolve("smollm2").path
+
+Errors are the classes in `localrun.errors` (InvalidName, ModelNotFound, StoreError and the
+DownloadError family); every one carries a single readable line.
+"""
+
+from localrun.store.catalogue import Catalogue, Entry, load_catalogue
+from localrun.store.download import Policy
+from localrun.store.model import Facts, Model, ModelInfo, PullProgress
+from localrun.store.names import Name, Reference, parse_name, parse_reference
+from localrun.store.store import Store
+
+__all__ = [
+    "Catalogue", "Entry", "Facts", "Model", "ModelInfo", "Name", "Policy", "PullProgress", "Reference", "Store",
+    "load_catalogue", "parse_name", "parse_reference",
+]

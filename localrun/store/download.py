@@ -1,0 +1,214 @@
+"""One resumable, verified HTTP download into a `.partial` file.
+
+The partial file is the only state: a new process (after Ctrl-C, kill -9 or a reboot) re-hashes
+what is there and asks the server for the rest with `Range`. Each attempt streams with httpx;
+connection errors, timeouts, 5xx and 429 are retried with exponential backoff (the retry budget
+counts attempts that made no progress, so a long download over a flaky link still finishes).
+The first 24 bytes are checked against the GGUF header before anything more is written, and the
+finished file is checked against the expected sha256 (catalogue, else the server's X-Linked-Etag);
+a mismatch deletes the partial file.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import shutil
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from urllib.parse import urlsplit
+
+import httpx
+
+from localrun.errors import ChecksumMismatch, DiskFull, DownloadError, NotGGUF
+from localrun.store.ggufinfo import HEADER_SIZE, check_header
+
+_HEX64 = frozenset("0123456789abcdef")
+
+
+@dataclass(frozen=True, slots=True)
+class Policy:
+    """Retry and timeout settings; tests shrink them, everyone else keeps the defaults."""
+
+    retries: int = 6  # consecutive attempts without progress before giving up
+    backoff: float = 0.5  # seconds before the first retry; doubles, capped at 10 s
+    connect_timeout: float = 15.0
+    read_timeout: float = 60.0
+    chunk_size: int = 1 << 20
+
+    def client(self) -> httpx.Client:
+        timeout = httpx.Timeout(self.read_timeout, connect=self.connect_timeout)
+        return httpx.Client(timeout=timeout, follow_redirects=True, headers={"Accept-Encoding": "identity"})
+
+
+class _Retry(Exception):
+    """An attempt failed in a way worth retrying (5xx, short body, moved offset)."""
+
+
+class Download:
+    """Fetch `url` into `partial`, resuming whatever is already there; `run()` returns the digest."""
+
+    def __init__(self, client: httpx.Client, url: str, partial: Path, *, sha256: str = "",
+                 policy: Policy = Policy(), progress: Callable[[int, int], None] | None = None) -> None:
+        self.client, self.url, self.partial, self.policy = client, url, partial, policy
+        self.expected = sha256
+        self.progress = progress or (lambda completed, total: None)
+        self.label = urlsplit(url).path.rsplit("/", 1)[-1] or url
+        self.server_sha = ""
+        self.total = 0
+        self._hasher = hashlib.sha256()
+        self._head = b""
+        self.offset = 0
+
+    def run(self) -> str:
+        """Download (or finish downloading) and verify; returns "sha256:<hex>" of the partial file."""
+        self._load_partial()
+        try:
+            return self._attempts()
+        except NotGGUF:
+            self.partial.unlink(missing_ok=True)  # never keep (or later resume) a body that is not GGUF
+            raise
+
+    def _attempts(self) -> str:
+        failures = 0
+        while True:
+            before = self.offset
+            try:
+                if self._attempt():
+                    return self._verify()
+                error: Exception = _Retry("the server ended the response early")
+            except (httpx.TransportError, _Retry) as e:
+                error = e
+            failures = 0 if self.offset > before else failures + 1
+            if failures > self.policy.retries:
+                raise self._give_up(error)
+            time.sleep(min(self.policy.backoff * 2 ** max(failures - 1, 0), 10.0))
+
+    def _load_partial(self) -> None:
+        """Pick up a partial file left by an earlier process: re-hash it and continue after it."""
+        self.partial.parent.mkdir(parents=True, exist_ok=True)
+        if not self.partial.exists():
+            return
+        with open(self.partial, "rb") as f:
+            while chunk := f.read(4 << 20):
+                self._take(chunk)
+        if len(self._head) >= HEADER_SIZE:
+            try:
+                check_header(self._head, self.label)
+            except NotGGUF:  # garbage from an older attempt: start over
+                self._restart()
+
+    def _attempt(self) -> bool:
+        headers = {"Range": f"bytes={self.offset}-"} if self.offset else {}
+        with self.client.stream("GET", self.url, headers=headers) as response:
+            if response.status_code == 416 and self.offset and self.offset == self._content_range_total(response):
+                return True  # the partial file is already complete
+            self._check_status(response)
+            self._note_server_facts(response)
+            self._ensure_space(self.total - self.offset)
+            with open(self.partial, "ab") as out:
+                for chunk in response.iter_raw():
+                    self._write(out, chunk)
+        return not self.total or self.offset >= self.total
+
+    def _check_status(self, response: httpx.Response) -> None:
+        code = response.status_code
+        if code == 206:
+            if self._content_range_start(response) != self.offset:
+                self._restart()
+                raise _Retry("the server resumed at the wrong offset")
+            return
+        if code == 200:
+            if self.offset:  # the server ignored Range: take the whole body again
+                self._restart()
+            return
+        if code == 416:
+            self._restart()
+            raise _Retry("the server refused the resume range")
+        if code >= 500 or code == 429:
+            raise _Retry(f"HTTP {code}")
+        raise self._http_error(code)
+
+    def _note_server_facts(self, response: httpx.Response) -> None:
+        if "text/html" in response.headers.get("content-type", ""):
+            raise NotGGUF(f"{self.label}: the server sent a web page, not a GGUF file ({self.url})")
+        length = int(response.headers.get("content-length", 0) or 0)
+        self.total = self._content_range_total(response) or (self.offset + length if length else 0)
+        for r in (*response.history, response):
+            etag = r.headers.get("x-linked-etag", "").strip('"').removeprefix("W/").strip('"').lower()
+            if len(etag) == 64 and set(etag) <= _HEX64:
+                self.server_sha = etag
+
+    def _write(self, out, chunk: bytes) -> None:
+        if self.offset < HEADER_SIZE:
+            head = (self._head + chunk)[:HEADER_SIZE]
+            if len(head) >= HEADER_SIZE:
+                check_header(head, self.label)  # refuse a non-GGUF body before writing any of it
+        out.write(chunk)
+        self._take(chunk)
+        self.progress(self.offset, self.total)
+
+    def _take(self, chunk: bytes) -> None:
+        self._hasher.update(chunk)
+        if len(self._head) < HEADER_SIZE:
+            self._head = (self._head + chunk)[:HEADER_SIZE]
+        self.offset += len(chunk)
+
+    def _restart(self) -> None:
+        self.partial.unlink(missing_ok=True)
+        self._hasher, self._head, self.offset = hashlib.sha256(), b"", 0
+
+    def _verify(self) -> str:
+        check_header(self._head, self.label)  # a body shorter than a header ends here
+        got = self._hasher.hexdigest()
+        want = self.expected or self.server_sha
+        if want and got != want:
+            self.partial.unlink(missing_ok=True)
+            raise ChecksumMismatch(
+                f"{self.label}: checksum mismatch (expected sha256:{want[:12]}…, got sha256:{got[:12]}…); "
+                "the download was discarded"
+            )
+        return f"sha256:{got}"
+
+    def _ensure_space(self, needed: int) -> None:
+        free = shutil.disk_usage(self.partial.parent).free
+        if needed > free:
+            raise DiskFull(f"not enough disk space for {self.label}: needs {_mb(needed)}, {_mb(free)} free "
+                           f"in {self.partial.parent}")
+
+    def _http_error(self, code: int) -> DownloadError:
+        if code == 404:
+            return DownloadError(f"{self.url}: not found (HTTP 404)")
+        if code in (401, 403):
+            return DownloadError(f"{self.url}: access denied (HTTP {code}); the repository may be gated or private")
+        return DownloadError(f"{self.url}: HTTP {code}")
+
+    def _give_up(self, error: Exception) -> DownloadError:
+        host = urlsplit(self.url).netloc
+        if isinstance(error, httpx.ConnectError):
+            return DownloadError(f"cannot reach {host}: {error or 'connection failed'} "
+                                 "(no network? LOCALRUN_MIRROR can point at a mirror)")
+        if isinstance(error, httpx.TimeoutException):
+            return DownloadError(f"{host} stopped responding (timed out); run the pull again to resume")
+        return DownloadError(f"downloading {self.label} from {host} failed: {error}; run the pull again to resume")
+
+    @staticmethod
+    def _content_range_start(response: httpx.Response) -> int:
+        value = response.headers.get("content-range", "")  # "bytes 100-199/200"
+        try:
+            return int(value.split()[1].split("-")[0])
+        except (IndexError, ValueError):
+            return -1
+
+    @staticmethod
+    def _content_range_total(response: httpx.Response) -> int:
+        total = response.headers.get("content-range", "").rpartition("/")[2]
+        return int(total) if total.isdigit() else 0
+
+
+def _mb(n: int) -> str:
+    return f"{n / 1e6:.0f} MB"
+
+
+__all__ = ["Download", "Policy"]

@@ -1,0 +1,129 @@
+"""GGUF facts, read with the `gguf` package without loading weights, and the early header check.
+
+`check_header` needs only the first 24 bytes, so a download can refuse an HTML error page or
+garbage as soon as it starts; `read_info` parses the whole key/value and tensor-info section
+(memory-mapped, weights untouched) and is what validates a file before it enters the store.
+"""
+
+from __future__ import annotations
+
+import struct
+from pathlib import Path
+from typing import Any
+
+from localrun.errors import NotGGUF
+from localrun.store.model import Facts, ModelInfo
+
+HEADER_SIZE = 24  # magic, version (u32), tensor count (u64), key/value count (u64)
+MAX_TENSORS = 1 << 20
+MAX_KV = 1 << 16
+_ARRAY_SHOWN = 16
+_SPECIAL = ("bos", "eos", "eot", "eom", "unknown", "padding", "sep", "cls", "mask")
+
+
+def check_header(head: bytes, label: str = "the file") -> None:
+    """Refuse anything that does not start like a GGUF file (raises NotGGUF with a one-line why)."""
+    import gguf
+
+    if len(head) < HEADER_SIZE:
+        raise NotGGUF(f"{label} is not a GGUF file: only {len(head)} bytes")
+    if head[:4] != struct.pack("<I", gguf.GGUF_MAGIC):
+        raise NotGGUF(f"{label} is not a GGUF file (it starts with {_preview(head)})")
+    for order in "<>":
+        version, tensors, kvs = struct.unpack(order + "IQQ", head[4:HEADER_SIZE])
+        if 1 <= version <= gguf.GGUF_VERSION:
+            break
+    else:
+        raise NotGGUF(f"{label}: unsupported GGUF version {version}")
+    if tensors > MAX_TENSORS or kvs > MAX_KV:
+        raise NotGGUF(f"{label}: implausible GGUF header ({tensors} tensors, {kvs} keys)")
+
+
+def read_info(path: Path, label: str = "") -> ModelInfo:
+    """Parse a GGUF file's metadata; a truncated or corrupt file raises NotGGUF."""
+    import gguf
+
+    label = label or str(path)
+    with open(path, "rb") as f:
+        check_header(f.read(HEADER_SIZE), label)
+    try:
+        reader = gguf.GGUFReader(path)
+        return _info(reader)
+    except NotGGUF:
+        raise
+    except Exception as e:  # gguf raises ValueError, IndexError, struct errors ... on bad files
+        raise NotGGUF(f"{label} is not a valid GGUF file: {e}") from None
+
+
+def _info(reader: Any) -> ModelInfo:
+    arch = _scalar(reader, "general.architecture", "")
+    params = int(sum(int(t.n_elements) for t in reader.tensors))
+    facts = Facts(
+        architecture=arch,
+        parameters=params,
+        parameter_size=_scalar(reader, "general.size_label", "") or human_count(params),
+        quantization=_quantization(reader),
+        context_length=int(_scalar(reader, f"{arch}.context_length", 0)),
+        embedding_length=int(_scalar(reader, f"{arch}.embedding_length", 0)),
+        license=_scalar(reader, "general.license", ""),
+    )
+    return ModelInfo(facts, _scalar(reader, "tokenizer.chat_template", ""), _special_tokens(reader), _metadata(reader))
+
+
+def human_count(n: int) -> str:
+    """135_000_000 -> "135M", 1_540_000_000 -> "1.5B"."""
+    for unit, scale in (("B", 1e9), ("M", 1e6), ("K", 1e3)):
+        if n >= scale:
+            value = n / scale
+            return f"{value:.1f}".rstrip("0").rstrip(".") + unit if value < 10 else f"{value:.0f}{unit}"
+    return str(n)
+
+
+def _scalar(reader: Any, key: str, default: Any) -> Any:
+    field = reader.fields.get(key)
+    return field.contents() if field is not None and field.types else default
+
+
+def _quantization(reader: Any) -> str:
+    import gguf
+
+    file_type = _scalar(reader, "general.file_type", None)
+    try:
+        return gguf.LlamaFileType(file_type).name.removeprefix("MOSTLY_")
+    except ValueError:
+        pass
+    counts: dict[str, int] = {}
+    for t in reader.tensors:  # no file_type key: the most common tensor type by element count
+        counts[t.tensor_type.name] = counts.get(t.tensor_type.name, 0) + int(t.n_elements)
+    return max(counts, key=counts.__getitem__) if counts else ""
+
+
+def _special_tokens(reader: Any) -> dict[str, str]:
+    tokens = reader.fields.get("tokenizer.ggml.tokens")
+    found = {}
+    for kind in _SPECIAL:
+        token_id = _scalar(reader, f"tokenizer.ggml.{kind}_token_id", None)
+        if token_id is not None and tokens is not None and 0 <= int(token_id) < len(tokens.data):
+            found[kind] = tokens.contents(int(token_id))
+    return found
+
+
+def _metadata(reader: Any) -> dict[str, Any]:
+    """Every key/value; long arrays (vocabularies, merges) are summarised, not copied."""
+    out: dict[str, Any] = {}
+    for key, field in reader.fields.items():
+        if key.startswith("GGUF.") or not field.types:
+            continue
+        if field.types[0].name == "ARRAY" and len(field.data) > _ARRAY_SHOWN:
+            out[key] = f"[{len(field.data)} × {field.types[-1].name.lower()}]"
+        else:
+            out[key] = field.contents()
+    return out
+
+
+def _preview(head: bytes) -> str:
+    text = head[:16].decode("latin-1")
+    return repr("".join(c if c.isprintable() else "." for c in text))
+
+
+__all__ = ["HEADER_SIZE", "check_header", "human_count", "read_info"]

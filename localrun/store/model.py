@@ -1,0 +1,86 @@
+"""The store's public value types: a stored Model, the GGUF facts of ModelInfo, and PullProgress."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+
+@dataclass(frozen=True, slots=True)
+class Facts:
+    """What the GGUF header says about a model; kept in the manifest so `list` reads no model file."""
+
+    architecture: str = ""
+    parameters: int = 0  # tensor elements, summed
+    parameter_size: str = ""  # "135M", "1.5B"
+    quantization: str = ""  # "Q4_K_M"
+    context_length: int = 0
+    embedding_length: int = 0
+    license: str = ""
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Facts:
+        return cls(**{k: data[k] for k in cls.__dataclass_fields__ if k in data})
+
+
+@dataclass(frozen=True, slots=True)
+class ModelInfo:
+    """Everything `show` prints: the facts plus the chat template, special tokens and raw metadata."""
+
+    facts: Facts
+    chat_template: str = ""
+    special_tokens: dict[str, str] = field(default_factory=dict)
+    metadata: dict[str, Any] = field(default_factory=dict)
+
+    def __getattr__(self, name: str) -> Any:  # info.architecture etc. read through to the facts
+        return getattr(object.__getattribute__(self, "facts"), name)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**asdict(self.facts), "chat_template": self.chat_template,
+                "special_tokens": dict(self.special_tokens), "metadata": dict(self.metadata)}
+
+
+@dataclass(frozen=True, slots=True)
+class Model:
+    """A model present in the store: its name, its blob, and the file to hand to llama.cpp."""
+
+    name: str  # canonical "name:tag"
+    digest: str  # "sha256:<hex>"
+    path: Path  # the blob, or the linked file
+    size: int
+    modified: datetime
+    source: str
+    facts: Facts
+    linked: bool = False
+    defaults: dict[str, Any] = field(default_factory=dict)
+
+    def __getattr__(self, name: str) -> Any:  # model.architecture etc. read through to the facts
+        return getattr(object.__getattribute__(self, "facts"), name)
+
+    @property
+    def short_id(self) -> str:
+        return self.digest.removeprefix("sha256:")[:12]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"name": self.name, "digest": self.digest, "path": str(self.path), "size": self.size,
+                "modified": self.modified.isoformat(), "source": self.source, "linked": self.linked,
+                **asdict(self.facts), "defaults": dict(self.defaults)}
+
+
+@dataclass(frozen=True, slots=True)
+class PullProgress:
+    """One progress event, in Ollama's words: pulling manifest, pulling <digest>, verifying sha256
+    digest, writing manifest, success. `total`/`completed` are bytes while pulling, else 0."""
+
+    status: str
+    digest: str = ""
+    total: int = 0
+    completed: int = 0
+
+    def to_dict(self) -> dict[str, Any]:
+        return {k: v for k, v in asdict(self).items() if v or k == "status"}
+
+
+__all__ = ["Facts", "Model", "ModelInfo", "PullProgress"]

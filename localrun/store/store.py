@@ -1,0 +1,299 @@
+"""The Store: pull, resolve, list, show, remove and copy models in one content-addressed root.
+
+Pull is the only writer of blobs. It takes a file lock per name (so two pulls of one model, in
+two terminals or in the CLI and the daemon, do the work once: the second waits and finds the
+manifest) and one per download (so two names for the same file share a download). A blob is
+verified (sha256 and a full GGUF parse) in `partial/` before it is renamed into `blobs/`, and
+its manifest is written after it; `remove` collects unreferenced blobs under a store-wide lock
+that pull also holds while it installs, so collection never races an install.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import hashlib
+import importlib.util
+from collections.abc import Callable, Iterator
+from datetime import datetime, timezone
+from pathlib import Path
+
+from filelock import FileLock
+
+from localrun import config, paths
+from localrun.errors import ChecksumMismatch, DiskFull, LocalrunError, ModelNotFound, StoreError, UsageError
+from localrun.store.catalogue import Entry, load_catalogue
+from localrun.store.download import Download, Policy
+from localrun.store.ggufinfo import read_info
+from localrun.store.hub import hf_lookup
+from localrun.store.layout import Layout, digest_key, hash_file, install_blob, url_key
+from localrun.store.manifests import Link, Manifest, iter_manifests, read_manifest, remove_manifest, write_manifest
+from localrun.store.model import Model, ModelInfo, PullProgress
+from localrun.store.names import Name, Reference, parse_name, parse_reference
+from localrun.store.sources import Remote, catalogue_remote, rewrite_host
+
+Progress = Callable[[PullProgress], None]
+
+
+class Store:
+    """A model store rooted at `root` (default: `localrun.paths.models_dir()`)."""
+
+    def __init__(self, root: Path | None = None, *, policy: Policy | None = None) -> None:
+        self.layout = Layout(Path(root) if root else paths.models_dir())
+        self.policy = policy or Policy()
+
+    # --- queries -------------------------------------------------------------------------------
+
+    def resolve(self, ref: str) -> Model:
+        """The present model `ref` names, ready to load (a linked file is re-checked first)."""
+        manifest = self._find(parse_reference(ref))
+        if manifest is None:
+            raise self._not_pulled(ref)
+        return self._model(manifest, check=True)
+
+    def list(self) -> list[Model]:
+        return sorted((self._model(m) for m in iter_manifests(self.layout)), key=lambda m: m.name)
+
+    def show(self, ref: str) -> ModelInfo:
+        model = self.resolve(ref)
+        return read_info(model.path, model.name)
+
+    # --- changes -------------------------------------------------------------------------------
+
+    def pull(self, ref: str, *, progress: Progress | None = None, link: bool = False) -> Model:
+        """Make `ref` present: a no-op when it already is, else fetch, verify and record it."""
+        emit = progress or (lambda event: None)
+        reference = parse_reference(ref)
+        if link and reference.kind != "path":
+            raise UsageError("--link works only with a local file path")
+        emit(PullProgress("pulling manifest"))
+        with _os_errors(), self._lock("name-" + _short_hash(str(self._canonical(reference)))):
+            manifest = self._present(reference, link)
+            if manifest is None:
+                manifest = self._fetch(reference, link, emit)
+        emit(PullProgress("success", manifest.digest))
+        return self._model(manifest)
+
+    def remove(self, ref: str) -> None:
+        """Delete a model's manifest and every blob no manifest references any more."""
+        manifest = self._find(parse_reference(ref))
+        if manifest is None:
+            raise self._not_pulled(ref)
+        with _os_errors(), self._lock("gc"):
+            remove_manifest(self.layout, manifest.name)
+            self._collect_garbage()
+
+    def copy(self, src: str, dst: str) -> Model:
+        """Give a present model a second name; both point at the same blob."""
+        manifest = self._find(parse_reference(src))
+        if manifest is None:
+            raise self._not_pulled(src)
+        copy = Manifest(parse_name(dst), manifest.digest, manifest.size, manifest.source, _now(),
+                        manifest.facts, manifest.link, manifest.defaults)
+        with _os_errors(), self._lock("gc"):
+            write_manifest(self.layout, copy)
+        return self._model(copy)
+
+    # --- lookup helpers ------------------------------------------------------------------------
+
+    def _find(self, reference: Reference) -> Manifest | None:
+        manifest = read_manifest(self.layout, reference.name)
+        if manifest is None and reference.kind == "name":
+            entry = load_catalogue().find(reference.name)
+            if entry is not None:
+                manifest = read_manifest(self.layout, entry.name)
+        return manifest
+
+    def _canonical(self, reference: Reference) -> Name:
+        """The name a pull will record: catalogue aliases map to their entry (`smollm2` -> `smollm2:135m`)."""
+        entry = load_catalogue().find(reference.name) if reference.kind == "name" else None
+        return entry.name if entry else reference.name
+
+    def _present(self, reference: Reference, link: bool) -> Manifest | None:
+        """The manifest a pull can return at once: same source, blob (or linked file) intact."""
+        if reference.kind == "path":
+            return None  # a local file may have changed under the same name: always re-import
+        manifest = self._find(reference)
+        if manifest is None or manifest.link or not self.layout.blob(manifest.digest).is_file():
+            return None
+        if reference.kind == "url" and manifest.source != reference.url:
+            return None
+        return manifest
+
+    def _not_pulled(self, ref: str) -> ModelNotFound:
+        local = [m.name.removesuffix(":latest") for m in self.list()]
+        close = load_catalogue().suggest(ref, local)
+        hint = f"; did you mean {', '.join(close)}?" if close else ""
+        return ModelNotFound(f"model {ref!r} is not pulled: run `localrun pull {ref}`{hint}")
+
+    def _model(self, manifest: Manifest, check: bool = False) -> Model:
+        path = Path(manifest.link.path) if manifest.link else self.layout.blob(manifest.digest)
+        if check:
+            self._check_file(manifest, path)
+        return Model(str(manifest.name), manifest.digest, path, manifest.size, manifest.modified,
+                     manifest.source, manifest.facts, manifest.link is not None, manifest.defaults)
+
+    def _check_file(self, manifest: Manifest, path: Path) -> None:
+        link = manifest.link
+        try:
+            stat = path.stat()
+        except OSError:
+            raise StoreError(f"{manifest.name}: {path} is missing; run `localrun pull` for it again") from None
+        if link and (stat.st_size != link.size or stat.st_mtime_ns != link.mtime_ns):
+            raise StoreError(f"{manifest.name}: the linked file {path} changed since it was pulled; "
+                             f"run `localrun pull --link {path}` again")
+
+    # --- fetching ------------------------------------------------------------------------------
+
+    def _fetch(self, reference: Reference, link: bool, emit: Progress) -> Manifest:
+        if reference.kind == "path":
+            return self._from_file(reference, link, emit)
+        if reference.kind == "name":
+            return self._from_catalogue(reference, emit)
+        mirror = config.raw("LOCALRUN_MIRROR")
+        with self.policy.client() as client:
+            if reference.kind == "hf":
+                remote = hf_lookup(client, reference.repo, reference.quant, mirror)
+            else:
+                remote = Remote(rewrite_host(reference.url, mirror))
+            digest, info = self._download(client, remote, emit)
+        source = reference.url or remote.url
+        return self._record(reference.name, digest, source, info.facts, emit)
+
+    def _from_catalogue(self, reference: Reference, emit: Progress) -> Manifest:
+        entry = load_catalogue().find(reference.name)
+        if entry is None:
+            close = load_catalogue().suggest(str(reference.name))
+            hint = f"; did you mean {', '.join(close)}?" if close else " (see models.toml)"
+            raise ModelNotFound(f"model {str(reference.name).removesuffix(':latest')!r} is not in the catalogue{hint}")
+        bundled = _package_file(entry)
+        if bundled:
+            digest, info = self._import(bundled, entry.sha256, emit)
+            source = f"package:{entry.package}"
+        else:
+            with self.policy.client() as client:
+                digest, info = self._download(client, catalogue_remote(entry, config.raw("LOCALRUN_MIRROR")), emit)
+            source = catalogue_remote(entry).url
+        return self._record(entry.name, digest, source, info.facts, emit, {"num_ctx": entry.ctx})
+
+    def _from_file(self, reference: Reference, link: bool, emit: Progress) -> Manifest:
+        path = Path(reference.path).expanduser().resolve()
+        if not path.is_file():
+            raise ModelNotFound(f"no such file: {path}")
+        if not link:
+            digest, info = self._import(path, "", emit)
+            return self._record(reference.name, digest, f"file:{path}", info.facts, emit)
+        before = path.stat()
+        digest = self._hash(path, before.st_size, emit)
+        info = read_info(path)
+        after = path.stat()
+        if (after.st_size, after.st_mtime_ns) != (before.st_size, before.st_mtime_ns):
+            raise StoreError(f"{path} changed while it was being verified; try again")
+        return self._record(reference.name, digest, f"file:{path}", info.facts, emit,
+                            link=Link(str(path), after.st_size, after.st_mtime_ns))
+
+    def _download(self, client, remote: Remote, emit: Progress) -> tuple[str, ModelInfo]:
+        digest = f"sha256:{remote.sha256}" if remote.sha256 else ""
+        key = digest_key(digest) if digest else url_key(remote.url)
+        with self._lock(key):
+            if digest and self.layout.blob(digest).is_file():
+                return digest, read_info(self.layout.blob(digest))
+            label = f"pulling {(remote.sha256 or key.removeprefix('url-'))[:12]}"
+            partial = self.layout.partial_file(key)
+            got = Download(client, remote.url, partial, sha256=remote.sha256, policy=self.policy,
+                           progress=lambda done, total: emit(PullProgress(label, digest, total, done))).run()
+            return got, self._accept(partial, got, emit)
+
+    def _import(self, src: Path, sha256: str, emit: Progress) -> tuple[str, ModelInfo]:
+        """Copy a local file into the store through `partial/`, hashing on the way."""
+        key = "import-" + _short_hash(str(src))
+        with self._lock(key):
+            partial = self.layout.partial_file(key)
+            label = f"pulling {sha256[:12] or src.name[:24]}"
+            size = src.stat().st_size
+            digest = hash_file(src, lambda done: emit(PullProgress(label, "", size, done)), copy_to=partial)
+            if sha256 and digest != f"sha256:{sha256}":
+                partial.unlink(missing_ok=True)
+                raise ChecksumMismatch(f"{src}: checksum mismatch (expected sha256:{sha256[:12]}…, "
+                                       f"got {digest[:19]}…); nothing was stored")
+            return digest, self._accept(partial, digest, emit)
+
+    def _accept(self, partial: Path, digest: str, emit: Progress) -> ModelInfo:
+        """Validate a verified partial file as GGUF and move it into blobs/."""
+        emit(PullProgress("verifying sha256 digest", digest))
+        try:
+            info = read_info(partial, partial.name)
+        except LocalrunError:
+            partial.unlink(missing_ok=True)
+            raise
+        with self._lock("gc"):
+            install_blob(self.layout, partial, digest)
+        return info
+
+    def _hash(self, path: Path, size: int, emit: Progress) -> str:
+        label = f"pulling {path.name[:24]}"
+        return hash_file(path, lambda done: emit(PullProgress(label, "", size, done)))
+
+    def _record(self, name: Name, digest: str, source: str, facts, emit: Progress,
+                defaults: dict | None = None, link: Link | None = None) -> Manifest:
+        emit(PullProgress("writing manifest", digest))
+        size = link.size if link else self.layout.blob(digest).stat().st_size
+        manifest = Manifest(name, digest, size, source, _now(), facts, link, defaults or {})
+        with self._lock("gc"):
+            if not link and not self.layout.blob(digest).is_file():
+                raise StoreError(f"{name}: its blob vanished while pulling; try again")
+            write_manifest(self.layout, manifest)
+        return manifest
+
+    # --- locking and garbage -------------------------------------------------------------------
+
+    @contextlib.contextmanager
+    def _lock(self, key: str) -> Iterator[None]:
+        self.layout.partial.mkdir(parents=True, exist_ok=True)
+        with FileLock(str(self.layout.lock_file(key))):
+            yield
+
+    def _collect_garbage(self) -> None:
+        referenced = {m.digest for m in iter_manifests(self.layout) if not m.link}
+        for digest in list(self.layout.blob_digests()):
+            if digest not in referenced:
+                self.layout.blob(digest).unlink(missing_ok=True)
+
+
+def _package_file(entry: Entry) -> Path | None:
+    """The catalogue file inside an installed Python package (found without importing it)."""
+    if not entry.package_file:
+        return None
+    module, _, rest = entry.package_file.partition("/")
+    try:
+        spec = importlib.util.find_spec(module)
+    except (ImportError, ValueError):
+        return None
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    path = Path(next(iter(spec.submodule_search_locations))) / rest
+    return path if path.is_file() else None
+
+
+@contextlib.contextmanager
+def _os_errors() -> Iterator[None]:
+    """Turn the OS's refusals into one-line store errors."""
+    try:
+        yield
+    except PermissionError as e:
+        raise StoreError(f"permission denied: {e.filename or e}") from None
+    except OSError as e:
+        if e.errno == errno.ENOSPC:
+            raise DiskFull(f"disk full while writing {e.filename or 'the model'}") from None
+        raise StoreError(f"{e.strerror or e}: {e.filename or ''}".rstrip(": ")) from None
+
+
+def _short_hash(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()[:32]
+
+
+def _now() -> datetime:
+    return datetime.now(timezone.utc)
+
+
+__all__ = ["Progress", "Store"]
