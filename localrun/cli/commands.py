@@ -1,3 +1,6 @@
 """Importing this module registers every command on the app; one line per command module."""
 
 from localrun.cli import store_commands  # noqa: F401  pull, list, show, rm, cp
+from localrun.cli import daemon_commands  # noqa: F401  serve, stop, status, ps, logs
+from localrun.cli import generate_commands  # noqa: F401  run, chat, batch
+from localrun.cli import doctor_commands  # noqa: F401  doctor

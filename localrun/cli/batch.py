@@ -1,0 +1,174 @@
+"""`localrun batch`: many prompts through one model, with bounded concurrency so the daemon's
+continuous batching keeps every slot busy.
+
+Input is JSONL, one request a line: a JSON string (or plain text) is a prompt; an object has
+"prompt" or "messages", and may have "id" and "options" (the names of `/set parameter`). Output is
+JSONL in input order, one line per input line, keyed by its 1-based "line" number; a failed request
+is an output line with "error", never a gap. Lines are written whole and flushed, so a rerun with
+the same output file skips every line already there and continues where the last run stopped.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from collections.abc import Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
+from contextlib import contextmanager, nullcontext
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO, Any
+
+from localrun.client import Client, GenerateOptions
+from localrun.errors import LocalrunError, UsageError
+
+
+@dataclass(slots=True)
+class Job:
+    line: int
+    id: Any = None
+    messages: list[dict[str, Any]] | None = None
+    options: GenerateOptions | None = None
+    error: str | None = None  # the line could not be parsed: reported, not sent
+
+
+def parse_line(number: int, text: str, base: GenerateOptions, system: str | None) -> Job:
+    """One input line as a Job; a malformed line becomes a Job carrying its error."""
+    stripped = text.strip()
+    try:
+        data: Any = json.loads(stripped) if stripped[:1] in ('{', '"', '[') else stripped
+    except ValueError as e:
+        return Job(number, error=f"invalid JSON: {e}")
+    if isinstance(data, str):
+        data = {"prompt": data}
+    if not isinstance(data, dict):
+        return Job(number, error="expected a prompt string or an object with \"prompt\" or \"messages\"")
+    job = Job(number, data.get("id"))
+    try:
+        job.options = base.merged(dict(data.get("options") or {}))
+        job.messages = _messages(data, system)
+    except (UsageError, TypeError, ValueError) as e:
+        job.error = str(e)
+    return job
+
+
+def _messages(data: dict[str, Any], system: str | None) -> list[dict[str, Any]]:
+    prefix = [{"role": "system", "content": system}] if system else []
+    if isinstance(data.get("messages"), list) and data["messages"]:
+        return data["messages"] if any(m.get("role") == "system" for m in data["messages"]) else \
+            prefix + data["messages"]
+    if isinstance(data.get("prompt"), str):
+        return prefix + [{"role": "user", "content": data["prompt"]}]
+    raise ValueError("expected \"prompt\" (a string) or \"messages\" (a list)")
+
+
+def read_jobs(path: Path, base: GenerateOptions, system: str | None) -> list[Job]:
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except OSError as e:
+        raise UsageError(f"cannot read {path}: {e.strerror or e}") from None
+    return [parse_line(n, text, base, system) for n, text in enumerate(lines, 1) if text.strip()]
+
+
+def finished_lines(out: Path) -> set[int]:
+    """Line numbers already answered in `out`; a torn last line (a kill mid-write) is cut off."""
+    if not out.exists():
+        return set()
+    data = out.read_bytes()
+    if data and not data.endswith(b"\n"):
+        data = data[: data.rfind(b"\n") + 1]
+        out.write_bytes(data)
+    done = set()
+    for raw in data.decode("utf-8", errors="replace").splitlines():
+        try:
+            done.add(int(json.loads(raw)["line"]))
+        except (ValueError, KeyError, TypeError):
+            continue
+    return done
+
+
+def answer(client: Client, model: str, job: Job) -> dict[str, Any]:
+    """The output record of one job: the answer, or the error that stopped it."""
+    record: dict[str, Any] = {"line": job.line} | ({"id": job.id} if job.id is not None else {})
+    if job.error:
+        return record | {"error": job.error}
+    try:
+        completion = client.chat(model, job.messages or [], job.options)
+    except LocalrunError as e:
+        return record | {"error": e.message}
+    usage = completion.usage
+    return record | {"response": completion.text, "finish_reason": completion.finish_reason,
+                     "usage": {"prompt_tokens": usage.prompt_tokens, "completion_tokens": usage.completion_tokens}
+                     if usage else None}
+
+
+@dataclass
+class Tally:
+    done: int = 0
+    failed: int = 0
+    tokens: int = 0
+
+
+def run_batch(client: Client, model: str, jobs: list[Job], out: IO[str], concurrency: int) -> Tally:
+    """Answer `jobs` with at most `concurrency` requests in flight, writing records in input order."""
+    tally = Tally()
+    started = time.monotonic()
+    with _progress(len(jobs)) as (progress, task), ThreadPoolExecutor(max_workers=concurrency) as pool:
+        futures: list[Future] = [pool.submit(answer, client, model, job) for job in jobs]
+        try:
+            for future in futures:
+                record = future.result()
+                out.write(json.dumps(record, ensure_ascii=False) + "\n")
+                out.flush()
+                _count(tally, record)
+                rate = tally.tokens / max(time.monotonic() - started, 1e-9)
+                progress.update(task, advance=1, rate=f"{rate:.1f} tok/s", failed=tally.failed)
+        except KeyboardInterrupt:
+            pool.shutdown(wait=False, cancel_futures=True)
+            client.close()  # in-flight requests end now; their lines are rerun on resume
+            raise
+    return tally
+
+
+def _count(tally: Tally, record: dict[str, Any]) -> None:
+    tally.done += 1
+    if "error" in record:
+        tally.failed += 1
+    tally.tokens += ((record.get("usage") or {}).get("completion_tokens") or 0)
+
+
+@contextmanager
+def _progress(total: int) -> Iterator[tuple[Any, Any]]:
+    """A rich progress bar on stderr (a terminal animates it; a pipe gets the final state)."""
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    progress = Progress(TextColumn("batch"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.fields[rate]}"),
+                        TextColumn("{task.fields[failed]} failed"), TimeElapsedColumn(),
+                        console=Console(stderr=True), transient=False)
+    task = progress.add_task("batch", total=total, rate="0.0 tok/s", failed=0)
+    with progress:
+        yield progress, task
+
+
+def batch(client: Client, model: str, input_path: Path, output: Path | None, base: GenerateOptions,
+          system: str | None, concurrency: int) -> Tally:
+    """Read, skip what `output` already has, answer the rest; a summary line on stderr."""
+    if concurrency < 1:
+        raise UsageError("--concurrency must be at least 1")
+    jobs = read_jobs(input_path, base, system)
+    done = finished_lines(output) if output else set()
+    pending = [job for job in jobs if job.line not in done]
+    if done:
+        sys.stderr.write(f"resuming: {len(jobs) - len(pending)} of {len(jobs)} lines already in {output}\n")
+    started = time.monotonic()
+    with (open(output, "a", encoding="utf-8") if output else nullcontext(sys.stdout)) as out:
+        tally = run_batch(client, model, pending, out, concurrency)
+    elapsed = time.monotonic() - started
+    sys.stderr.write(f"{tally.done} answered ({tally.failed} failed), {tally.tokens} tokens in {elapsed:.1f}s "
+                     f"({tally.tokens / max(elapsed, 1e-9):.1f} tok/s)\n")
+    return tally
+
+
+__all__ = ["Job", "Tally", "parse_line", "read_jobs", "finished_lines", "answer", "run_batch", "batch"]

@@ -1,0 +1,259 @@
+"""The interactive chat of `localrun chat` and `localrun run` on a terminal.
+
+A `ChatSession` holds the conversation and its settings; `repl()` reads messages (multi-line between
+triple quotes, history in `data_dir()/chat_history`) and hands each to `ask()` or, for a slash
+command, to `command()`. Ctrl-C while an answer streams closes the stream (the daemon cancels the
+generation) and keeps the session; Ctrl-C at the prompt clears the line; Ctrl-D or /bye leaves.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from localrun.cli.generation import PullReporter, format_stats
+from localrun.client import Client, GenerateOptions
+from localrun.errors import LocalrunError
+
+HELP = """Available commands:
+  /set parameter NAME VALUE  Set a sampling parameter (temperature, top_p, top_k, min_p, seed,
+                             max_tokens, num_ctx, repeat_penalty, stop)
+  /set system TEXT           Set the system message
+  /set format json           Answer in JSON (/set noformat to undo)
+  /set verbose | quiet       Show or hide timing stats after each answer
+  /show info | template | system | parameters
+  /clear                     Forget the conversation so far
+  /load MODEL                Switch to another model (starts a new conversation)
+  /save FILE                 Save the transcript as Markdown
+  /bye                       Leave (or Ctrl-D)
+  /help, /?                  This help
+
+Use \"\"\" to begin and end a multi-line message. Ctrl-C stops an answer."""
+
+
+@dataclass
+class ChatSession:
+    client: Client
+    model: str
+    options: GenerateOptions = field(default_factory=GenerateOptions)
+    system: str | None = None
+    markdown: bool = True
+    verbose: bool = False
+    manage_models: bool = True  # pull on /load (false when --host points elsewhere)
+    messages: list[dict[str, str]] = field(default_factory=list)
+
+    # -- one turn -------------------------------------------------------------------------------
+
+    def ask(self, text: str) -> None:
+        """Send one user message and stream the answer; Ctrl-C drops the unfinished turn."""
+        self.messages.append({"role": "user", "content": text})
+        system = [{"role": "system", "content": self.system}] if self.system else []
+        started = time.monotonic()
+        stream = self.client.chat(self.model, system + self.messages, self.options, stream=True)
+        try:
+            answer = (_render_markdown if self.markdown else _render_plain)(stream)
+        except KeyboardInterrupt:
+            stream.close()
+            self.messages.pop()
+            say("\n(answer stopped)")
+            return
+        except LocalrunError:
+            self.messages.pop()
+            raise
+        self.messages.append({"role": "assistant", "content": answer})
+        if self.verbose:
+            say(format_stats(stream.completion, time.monotonic() - started))
+
+    # -- slash commands -------------------------------------------------------------------------
+
+    def command(self, line: str) -> bool:
+        """Run one slash command; False when the session should end."""
+        words = line.split(None, 2)
+        name = words[0].lower()
+        if name in ("/bye", "/exit", "/quit"):
+            return False
+        handlers: dict[str, Callable[[list[str]], None]] = {
+            "/set": self._set, "/show": self._show, "/clear": self._clear, "/load": self._load,
+            "/save": self._save, "/help": self._help, "/?": self._help}
+        handler = handlers.get(name)
+        if handler is None:
+            say(f"Unknown command '{words[0]}'. Type /? for help")
+        else:
+            handler(words[1:])
+        return True
+
+    def _set(self, args: list[str]) -> None:
+        what = args[0].lower() if args else ""
+        rest = args[1] if len(args) > 1 else ""
+        if what == "parameter" and len(rest.split(None, 1)) == 2:
+            name, value = rest.split(None, 1)
+            self.options = self.options.merged({name: value})
+            say(f"Set parameter '{name}' to '{value}'")
+        elif what == "system" and rest:
+            self.system = rest.strip().strip('"')
+            say("Set system message.")
+        elif what in ("format", "noformat"):
+            self.options = self.options.merged({"format": "json" if what == "format" else None})
+            say("Set format to 'json' mode." if what == "format" else "Disabled format.")
+        elif what in ("verbose", "quiet"):
+            self.verbose = what == "verbose"
+            say(f"Set '{what}' mode.")
+        else:
+            say("Usage: /set parameter NAME VALUE | /set system TEXT | /set format json | /set verbose")
+
+    def _show(self, args: list[str]) -> None:
+        what = args[0].lower() if args else ""
+        if what == "system":
+            say(self.system or "No system message was specified.")
+        elif what == "parameters":
+            body = self.options.to_body()
+            say("\n".join(f"{k:<16}{v}" for k, v in body.items()) or "No parameters were set.")
+        elif what == "info":
+            say("\n".join(info_lines(self.client.show(self.model))))
+        elif what == "template":
+            say(self.client.show(self.model).get("template") or "No template was specified.")
+        else:
+            say("Usage: /show info | template | system | parameters")
+
+    def _clear(self, args: list[str]) -> None:
+        self.messages.clear()
+        say("Cleared session context")
+
+    def _load(self, args: list[str]) -> None:
+        if not args:
+            say("Usage: /load MODEL")
+            return
+        model = args[0]
+        if self.manage_models:
+            from localrun.store.store import Store
+
+            model = Store().pull(model, progress=PullReporter()).name
+        self.model = model
+        self.messages.clear()
+        say(f"Loading model '{model}'")
+
+    def _save(self, args: list[str]) -> None:
+        if not args:
+            say("Usage: /save FILE")
+            return
+        path = Path(" ".join(args)).expanduser()
+        path.write_text(transcript(self.model, self.system, self.messages), encoding="utf-8")
+        say(f"Saved the transcript to {path}")
+
+    def _help(self, args: list[str]) -> None:
+        say(HELP)
+
+
+def transcript(model: str, system: str | None, messages: list[dict[str, str]]) -> str:
+    """The conversation as Markdown, one heading per turn."""
+    parts = [f"# Chat with {model} ({datetime.now():%Y-%m-%d %H:%M})\n"]
+    if system:
+        parts.append(f"## System\n\n{system}\n")
+    parts += [f"## {m['role'].capitalize()}\n\n{m['content']}\n" for m in messages]
+    return "\n".join(parts)
+
+
+def info_lines(show: dict[str, Any]) -> list[str]:
+    """Ollama's `/show info` block from an `/api/show` answer."""
+    details = show.get("details") or {}
+    info = show.get("model_info") or {}
+    arch = info.get("general.architecture") or details.get("family", "")
+    rows = [("architecture", arch), ("parameters", details.get("parameter_size", "")),
+            ("context length", info.get(f"{arch}.context_length", "")),
+            ("embedding length", info.get(f"{arch}.embedding_length", "")),
+            ("quantization", details.get("quantization_level", ""))]
+    lines = ["  Model"] + [f"    {name:<20}{value}" for name, value in rows if value not in ("", None)]
+    if show.get("license"):
+        lines += ["", "  License", f"    {str(show['license']).splitlines()[0]}"]
+    return lines
+
+
+def say(text: str) -> None:
+    sys.stdout.write(text + "\n")
+    sys.stdout.flush()
+
+
+def _render_plain(stream) -> str:
+    for delta in stream:
+        sys.stdout.write(delta)
+        sys.stdout.flush()
+    text = stream.completion.text
+    sys.stdout.write("\n" if text.endswith("\n") else "\n\n")  # a blank line after each answer
+    sys.stdout.flush()
+    return text
+
+
+def _render_markdown(stream) -> str:
+    """Re-render the answer so far as Markdown while it streams (rich Live, a few frames a second)."""
+    from rich.console import Console
+    from rich.live import Live
+    from rich.markdown import Markdown
+
+    text = ""
+    with Live(Markdown(""), console=Console(), refresh_per_second=8, vertical_overflow="visible") as live:
+        for delta in stream:
+            text += delta
+            live.update(Markdown(text))
+    sys.stdout.write("\n")
+    return text
+
+
+# -- reading input --------------------------------------------------------------------------------
+
+def read_message(read_line: Callable[[str], str]) -> str:
+    """One message: a line, or the lines between an opening and a closing triple quote."""
+    line = read_line(">>> ")
+    if not line.lstrip().startswith('"""'):
+        return line
+    text, lines = line.lstrip()[3:], []
+    while not text.rstrip().endswith('"""'):
+        lines.append(text)
+        text = read_line("... ")
+    lines.append(text.rstrip()[:-3])
+    return "\n".join(lines).strip("\n")
+
+
+def line_reader() -> Callable[[str], str]:
+    """prompt_toolkit with persistent history on a terminal; plain input() otherwise."""
+    if not sys.stdin.isatty():
+        return input
+    from prompt_toolkit import PromptSession
+    from prompt_toolkit.history import FileHistory
+
+    from localrun.paths import data_dir
+
+    data_dir().mkdir(parents=True, exist_ok=True)
+    session: PromptSession = PromptSession(history=FileHistory(str(data_dir() / "chat_history")))
+    return lambda prompt: session.prompt(prompt)
+
+
+def repl(session: ChatSession) -> None:
+    """Read, answer, repeat until /bye or Ctrl-D."""
+    read_line = line_reader()
+    while True:
+        try:
+            text = read_message(read_line).strip()
+        except KeyboardInterrupt:
+            say("Use Ctrl-D or /bye to exit.")
+            continue
+        except EOFError:
+            say("")
+            return
+        if not text:
+            continue
+        try:
+            if text.startswith("/"):
+                if not session.command(text):
+                    return
+            else:
+                session.ask(text)
+        except LocalrunError as e:
+            say(f"error: {e.message}")
+
+
+__all__ = ["ChatSession", "repl", "read_message", "info_lines", "transcript", "HELP"]

@@ -1,0 +1,164 @@
+"""Daemon commands: serve (foreground), stop, status, ps, logs.
+
+`serve` is the one CLI command that imports the server, and only inside its function.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Optional
+
+import typer
+
+from localrun.cli.app import app
+from localrun.config import env_help
+
+
+def target(host: Optional[str]):  # -> Address; typed loosely to keep imports lazy
+    """The daemon address from `--host` or LOCALRUN_HOST."""
+    from localrun.client.address import parse_address
+    from localrun.config import raw
+
+    return parse_address(host or raw("LOCALRUN_HOST"))
+
+
+HOST_HELP = "Daemon address (HOST[:PORT] or URL); default LOCALRUN_HOST."
+
+
+@app.command(epilog="Settings (environment):\n\n" + env_help().replace("\n", "\n\n"))
+def serve(
+    host: Optional[str] = typer.Option(None, "--host", help="Bind address, HOST[:PORT]; default LOCALRUN_HOST."),
+    port: Optional[int] = typer.Option(None, "--port", help="Bind port (overrides a port in --host)."),
+    insecure: bool = typer.Option(False, "--insecure", help="Allow a non-loopback bind without LOCALRUN_API_KEY."),
+) -> None:
+    """Run the daemon in the foreground (logs to stderr; Ctrl-C or SIGTERM stops it gracefully)."""
+    from dataclasses import replace
+
+    from localrun.cli import daemon
+    from localrun.config import Config
+    from localrun.errors import DaemonUnavailable, UsageError
+
+    config = Config.from_env()
+    address = target(host)
+    address = replace(address, port=port) if port is not None else address
+    bind = address.host or "127.0.0.1"
+    if not address.is_loopback and not config.api_keys and not insecure:
+        raise UsageError(f"refusing to listen on {bind} without an API key; set LOCALRUN_API_KEY or pass --insecure")
+    running = daemon.read_pid(address.port)
+    if running:
+        raise DaemonUnavailable(f"a localrun daemon (pid {running}) already runs on port {address.port}")
+    _check_port_free(bind, address)
+    from localrun.server.serve import run_server
+
+    daemon.write_pid_file(address.port)
+    try:
+        run_server(replace(config, host=f"{bind}:{address.port}"), bind, address.port)
+    finally:
+        daemon.remove_pid_file(address.port)
+
+
+def _check_port_free(bind: str, address) -> None:
+    import socket
+
+    from localrun.cli import daemon
+    from localrun.errors import DaemonUnavailable
+
+    family = socket.AF_INET6 if ":" in bind else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind((bind, address.port))
+        except OSError as e:
+            if daemon.probe(address) is daemon.State.UP:
+                raise DaemonUnavailable(f"a localrun daemon already answers at {address.base_url}") from None
+            if e.errno == 98 or "in use" in str(e).lower():
+                raise DaemonUnavailable(daemon.busy_message(address)) from None
+            raise DaemonUnavailable(f"cannot listen on {bind}:{address.port}: {e.strerror or e}") from None
+
+
+@app.command()
+def stop(host: Optional[str] = typer.Option(None, "--host", help=HOST_HELP)) -> None:
+    """Stop the background daemon (SIGTERM: requests in flight finish first)."""
+    from localrun.cli import daemon
+
+    address = target(host)
+    pid = daemon.stop(address)
+    print(f"stopped localrun (pid {pid})" if pid else f"localrun is not running at {address.base_url}")
+
+
+@app.command()
+def status(host: Optional[str] = typer.Option(None, "--host", help=HOST_HELP)) -> None:
+    """Say whether the daemon runs (exit 0) or not (exit 1), with its pid, version and loaded models."""
+    from localrun.cli import daemon
+    from localrun.client import Client
+
+    address = target(host)
+    state = daemon.probe(address)
+    if state is daemon.State.FOREIGN:
+        print(daemon.busy_message(address))
+        raise typer.Exit(1)
+    if state is daemon.State.DOWN:
+        print(f"localrun is not running at {address.base_url}")
+        raise typer.Exit(1)
+    pid = daemon.read_pid(address.port)
+    with Client.from_host(address.base_url) as client:
+        version, loaded = client.version(), len(client.ps())
+    owner = f"pid {pid}" if pid else "not started from this home"
+    print(f"localrun {version} is running at {address.base_url} ({owner}); {loaded} model(s) loaded")
+
+
+@app.command()
+def ps(host: Optional[str] = typer.Option(None, "--host", help=HOST_HELP)) -> None:
+    """List the loaded models: NAME, ID, SIZE, PROCESSOR, CONTEXT, UNTIL."""
+    from localrun.cli import daemon
+    from localrun.cli.format import human_size, processor, table, until
+    from localrun.client import Client
+
+    address = target(host)
+    models = []
+    if daemon.probe(address) is daemon.State.UP:
+        with Client.from_host(address.base_url) as client:
+            models = client.ps()
+    rows = [[m.name, _short_id(m.digest), human_size(m.size), processor(m.size, m.size_vram),
+             str(m.context_length), until(m.expires_at)] for m in models]
+    print(table(["NAME", "ID", "SIZE", "PROCESSOR", "CONTEXT", "UNTIL"], rows))
+
+
+def _short_id(digest: str) -> str:
+    return digest.removeprefix("sha256:").removeprefix("sha256-")[:12]
+
+
+@app.command()
+def logs(
+    follow: bool = typer.Option(False, "--follow", "-f", help="Keep printing new lines until Ctrl-C."),
+    tail: int = typer.Option(0, "--tail", "-n", help="Only the last N lines (0 = all)."),
+    host: Optional[str] = typer.Option(None, "--host", help=HOST_HELP),
+) -> None:
+    """Print the background daemon's log."""
+    from localrun.cli import daemon
+    from localrun.errors import LocalrunError
+
+    path = daemon.log_file(target(host).port)
+    if not path.exists():
+        raise LocalrunError(f"no daemon log yet ({path})")
+    with open(path, encoding="utf-8", errors="replace") as f:
+        lines = f.readlines()
+        sys.stdout.writelines(lines[-tail:] if tail > 0 else lines)
+        sys.stdout.flush()
+        if follow:
+            _follow(f)
+
+
+def _follow(f) -> None:
+    import time
+
+    try:
+        while True:
+            line = f.readline()
+            if line:
+                sys.stdout.write(line)
+                sys.stdout.flush()
+            else:
+                time.sleep(0.2)
+    except KeyboardInterrupt:
+        return

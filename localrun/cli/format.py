@@ -1,0 +1,61 @@
+"""Human-readable sizes, durations and tables for CLI output. Pure functions."""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+
+
+def human_size(n: int) -> str:
+    """Decimal units, as Ollama prints them: 101 MB, 4.7 GB."""
+    size = float(n)
+    for unit in ("B", "KB", "MB", "GB", "TB"):
+        if size < 1000 or unit == "TB":
+            return f"{size:.0f} {unit}" if unit in ("B", "KB", "MB") or size >= 100 else f"{size:.1f} {unit}"
+        size /= 1000
+    raise AssertionError("unreachable")
+
+
+def until(expires_at: str, now: datetime | None = None) -> str:
+    """`/api/ps`'s expires_at as Ollama's UNTIL column: "4 minutes from now", "Forever", "Stopping..."."""
+    if not expires_at:
+        return ""
+    try:
+        moment = datetime.fromisoformat(expires_at.replace("Z", "+00:00"))
+    except ValueError:
+        return expires_at
+    now = now or datetime.now(timezone.utc)
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=timezone.utc)
+    seconds = (moment - now).total_seconds()
+    if seconds > 100 * 365 * 86400:
+        return "Forever"
+    if seconds <= 0:
+        return "Stopping..."
+    return f"{_span(seconds)} from now"
+
+
+def _span(seconds: float) -> str:
+    for unit, size in (("day", 86400), ("hour", 3600), ("minute", 60)):
+        if seconds >= size:
+            count = int(seconds // size)
+            return f"{count} {unit}{'s' if count != 1 else ''}"
+    count = max(1, int(seconds))
+    return f"{count} second{'s' if count != 1 else ''}"
+
+
+def processor(size: int, size_vram: int) -> str:
+    """Where the model's memory lives: "100% CPU", "100% GPU" or a split like "48%/52% CPU/GPU"."""
+    if size <= 0 or size_vram <= 0:
+        return "100% CPU"
+    gpu = round(100 * min(size_vram, size) / size)
+    return "100% GPU" if gpu >= 100 else f"{100 - gpu}%/{gpu}% CPU/GPU"
+
+
+def table(header: list[str], rows: list[list[str]]) -> str:
+    """Plain columns separated by three spaces (pipe- and grep-friendly, no box drawing)."""
+    widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
+    lines = ["   ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip() for row in [header, *rows]]
+    return "\n".join(lines)
+
+
+__all__ = ["human_size", "until", "processor", "table"]

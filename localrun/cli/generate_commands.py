@@ -1,0 +1,109 @@
+"""Generation commands: run, chat, batch. Thin: flags in, `generation` / `chat` / `batch` do the work."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import List, Optional
+
+import typer
+
+from localrun.cli import generation as g
+from localrun.cli.app import app
+
+
+@app.command()
+def run(
+    model: str = typer.Argument(..., help="Model name, e.g. smollm2."),
+    prompt: Optional[List[str]] = typer.Argument(None, help="The prompt; piped stdin goes before it."),
+    json_out: bool = typer.Option(False, "--json", help="Print the full response object as JSON."),
+    system: Optional[str] = g.SYSTEM, temperature: Optional[float] = g.TEMPERATURE, top_p: Optional[float] = g.TOP_P,
+    seed: Optional[int] = g.SEED, max_tokens: Optional[int] = g.MAX_TOKENS, ctx_size: Optional[int] = g.CTX_SIZE,
+    format: Optional[str] = g.FORMAT, keep_alive: Optional[str] = g.KEEP_ALIVE, verbose: bool = g.VERBOSE,
+    host: Optional[str] = g.HOST,
+) -> None:
+    """Answer a prompt and exit, or chat when run on a terminal with no prompt (as `ollama run`)."""
+    options = g.options_from_flags(temperature, top_p, seed, max_tokens, ctx_size, format, keep_alive)
+    text = " ".join(prompt or [])
+    interactive = not text and sys.stdin.isatty() and sys.stdout.isatty()
+    if not sys.stdin.isatty():
+        piped = sys.stdin.read()
+        text = f"{piped.rstrip()}\n\n{text}" if piped.strip() and text else (piped.strip() or text)
+    if not interactive and not text:
+        from localrun.errors import UsageError
+
+        raise UsageError("no prompt: give one as arguments or on stdin")
+    client, model = g.connect(model, host)
+    with client:
+        if interactive:
+            _chat(client, model, options, system, markdown=True, verbose=verbose, host=host)
+        else:
+            _answer_once(client, model, g.messages_for(text, system), options, json_out, verbose)
+
+
+def _answer_once(client, model: str, messages: list, options, json_out: bool, verbose: bool) -> None:
+    import json
+    import time
+
+    started = time.monotonic()
+    if json_out:
+        completion = client.chat(model, messages, options)
+        sys.stdout.write(json.dumps(completion.raw, indent=2, ensure_ascii=False) + "\n")
+    else:
+        stream = client.chat(model, messages, options, stream=True)
+        for delta in stream:
+            sys.stdout.write(delta)
+            sys.stdout.flush()
+        completion = stream.completion
+        sys.stdout.write("" if completion.text.endswith("\n") else "\n")
+    sys.stdout.flush()
+    if verbose:
+        g.print_stats(completion, time.monotonic() - started)
+
+
+@app.command()
+def chat(
+    model: str = typer.Argument(..., help="Model name, e.g. smollm2."),
+    no_markdown: bool = typer.Option(False, "--no-markdown", help="Print answers raw instead of rendered Markdown."),
+    system: Optional[str] = g.SYSTEM, temperature: Optional[float] = g.TEMPERATURE, top_p: Optional[float] = g.TOP_P,
+    seed: Optional[int] = g.SEED, max_tokens: Optional[int] = g.MAX_TOKENS, ctx_size: Optional[int] = g.CTX_SIZE,
+    format: Optional[str] = g.FORMAT, keep_alive: Optional[str] = g.KEEP_ALIVE, verbose: bool = g.VERBOSE,
+    host: Optional[str] = g.HOST,
+) -> None:
+    """Chat interactively: streamed answers, slash commands (/? for help), history across sessions."""
+    options = g.options_from_flags(temperature, top_p, seed, max_tokens, ctx_size, format, keep_alive)
+    client, model = g.connect(model, host)
+    with client:
+        markdown = not no_markdown and sys.stdout.isatty()
+        _chat(client, model, options, system, markdown=markdown, verbose=verbose, host=host)
+
+
+def _chat(client, model: str, options, system: Optional[str], markdown: bool, verbose: bool,
+          host: Optional[str]) -> None:
+    from localrun.cli.chat import ChatSession, repl
+    from localrun.cli.daemon_commands import target
+
+    repl(ChatSession(client, model, options, system, markdown=markdown, verbose=verbose,
+                     manage_models=target(host).is_loopback))
+
+
+@app.command()
+def batch(
+    model: str = typer.Argument(..., help="Model name, e.g. smollm2."),
+    input: Path = typer.Argument(..., help="JSONL: a prompt string, {\"prompt\": ...} or {\"messages\": [...]} a line."),
+    output: Optional[Path] = typer.Option(None, "--output", "-o", help="Output JSONL (rerun to resume); default stdout."),
+    concurrency: int = typer.Option(8, "--concurrency", "-c", help="Requests in flight at once."),
+    system: Optional[str] = g.SYSTEM, temperature: Optional[float] = g.TEMPERATURE, top_p: Optional[float] = g.TOP_P,
+    seed: Optional[int] = g.SEED, max_tokens: Optional[int] = g.MAX_TOKENS, ctx_size: Optional[int] = g.CTX_SIZE,
+    format: Optional[str] = g.FORMAT, keep_alive: Optional[str] = g.KEEP_ALIVE, host: Optional[str] = g.HOST,
+) -> None:
+    """Answer every line of a JSONL file, in input order; failed lines carry an "error"."""
+    from localrun.cli.batch import batch as run_batch
+    from localrun.errors import LocalrunError
+
+    options = g.options_from_flags(temperature, top_p, seed, max_tokens, ctx_size, format, keep_alive)
+    client, model = g.connect(model, host)
+    with client:
+        tally = run_batch(client, model, input, output, options, system, concurrency)
+    if tally.failed:
+        raise LocalrunError(f"{tally.failed} of {tally.done} lines failed; their output lines carry the error")

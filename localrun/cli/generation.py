@@ -1,0 +1,122 @@
+"""What `run`, `chat` and `batch` share: reaching the model (pull, start the daemon), the options
+from flags, and Ollama-style `--verbose` timing stats.
+
+A model is managed locally (pulled into the store, served by an auto-started daemon) only when the
+target is a loopback address; `--host` elsewhere means "use that server as it is".
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import TYPE_CHECKING, Optional
+
+import typer
+
+if TYPE_CHECKING:
+    from localrun.client import Client, Completion, GenerateOptions
+
+# Options shared by run and chat (Typer reads the metadata; one declaration serves both).
+SYSTEM = typer.Option(None, "--system", help="System message.")
+TEMPERATURE = typer.Option(None, "--temperature", help="Sampling temperature (0 = greedy).")
+TOP_P = typer.Option(None, "--top-p", help="Nucleus sampling threshold.")
+SEED = typer.Option(None, "--seed", help="Random seed: the same seed and request give the same answer.")
+MAX_TOKENS = typer.Option(None, "--max-tokens", help="Most tokens to generate.")
+CTX_SIZE = typer.Option(None, "--ctx-size", help="Context length for this model, in tokens.")
+FORMAT = typer.Option(None, "--format", help="Output format: json.")
+KEEP_ALIVE = typer.Option(None, "--keep-alive", help="How long the model stays loaded: 5m, 3600, -1 (forever), 0.")
+VERBOSE = typer.Option(False, "--verbose", help="Print timing stats on stderr after each answer.")
+HOST = typer.Option(None, "--host", help="Daemon or any OpenAI-compatible server (URL); default LOCALRUN_HOST.")
+
+
+def options_from_flags(temperature: Optional[float], top_p: Optional[float], seed: Optional[int],
+                       max_tokens: Optional[int], ctx_size: Optional[int], format: Optional[str],
+                       keep_alive: Optional[str]) -> GenerateOptions:
+    from localrun.client import GenerateOptions
+    from localrun.errors import UsageError
+
+    if format not in (None, "json"):
+        raise UsageError(f"--format must be json, got {format!r}")
+    return GenerateOptions(temperature=temperature, top_p=top_p, seed=seed, max_tokens=max_tokens,
+                           num_ctx=ctx_size, format=format, keep_alive=keep_alive)
+
+
+def connect(model: str, host: Optional[str]) -> tuple[Client, str]:
+    """A client for `host` with `model` ready: pulled if missing and the daemon running, when local."""
+    from localrun.cli import daemon
+    from localrun.cli.daemon_commands import target
+    from localrun.client import Client
+
+    address = target(host)
+    if address.is_loopback:
+        model = ensure_model(model)
+        daemon.ensure_running(address)
+    return Client.from_host(address.base_url), model
+
+
+def ensure_model(name: str) -> str:
+    """Pull `name` into the store if it is not there (progress on stderr); its canonical name."""
+    from localrun.store.store import Store
+
+    return Store().pull(name, progress=PullReporter()).name
+
+
+class PullReporter:
+    """Pull progress on stderr, shown only when work happens (a present model pulls silently).
+
+    On a terminal the byte count updates in place; on a pipe each status is one line.
+    """
+
+    def __init__(self) -> None:
+        self._status = ""
+        self._open = False  # a progress line without its newline yet
+
+    def __call__(self, event) -> None:
+        if event.status in ("pulling manifest", "success") and not self._status:
+            return
+        if event.total and sys.stderr.isatty():
+            sys.stderr.write(f"\r{event.status} {100 * event.completed // event.total:3d}% of "
+                             f"{event.total / 1e6:.0f} MB")
+            self._open = True
+        elif event.status != self._status:
+            sys.stderr.write(("\n" if self._open else "") + event.status + "\n")
+            self._open = False
+        sys.stderr.flush()
+        self._status = event.status
+
+
+def messages_for(prompt: str, system: Optional[str]) -> list[dict]:
+    return ([{"role": "system", "content": system}] if system else []) + [{"role": "user", "content": prompt}]
+
+
+def print_stats(completion: Completion, total_s: float) -> None:
+    """Ollama's --verbose block on stderr."""
+    sys.stderr.write(format_stats(completion, total_s) + "\n")
+    sys.stderr.flush()
+
+
+def format_stats(completion: Completion, total_s: float) -> str:
+    t = completion.timings
+    u = completion.usage
+    prompt_n = t.prompt_n if t else (u.prompt_tokens if u else 0)
+    eval_n = t.predicted_n if t else (u.completion_tokens if u else 0)
+    rows = [("total duration", _seconds(total_s))]
+    if t:
+        rows.append(("load duration", _seconds(t.load_ms / 1000)))
+    rows.append(("prompt eval count", f"{prompt_n} token(s)"))
+    if t:
+        rows += [("prompt eval duration", _seconds(t.prompt_ms / 1000)),
+                 ("prompt eval rate", f"{t.prompt_per_second:.2f} tokens/s")]
+    rows.append(("eval count", f"{eval_n} token(s)"))
+    if t:
+        rows += [("eval duration", _seconds(t.predicted_ms / 1000)),
+                 ("eval rate", f"{t.predicted_per_second:.2f} tokens/s")]
+    if u and u.cached_tokens:
+        rows.append(("prompt cache hit", f"{u.cached_tokens} token(s)"))
+    return "\n".join(f"{name + ':':<22}{value}" for name, value in rows)
+
+
+def _seconds(s: float) -> str:
+    return f"{s * 1000:.2f}ms" if s < 1 else f"{s:.3f}s"
+
+
+__all__ = ["connect", "ensure_model", "options_from_flags", "messages_for", "print_stats", "format_stats"]

@@ -1,0 +1,224 @@
+"""`Client`: typed methods over the daemon's HTTP API (httpx, sync).
+
+Generation goes through the OpenAI-compatible routes so the same client works against any
+OpenAI-compatible server; `ps()` and `show()` use the Ollama-native routes only localrun (and
+Ollama) have. Every HTTP failure becomes a LocalrunError with one readable line; a streamed answer
+is a `TextStream` that yields text deltas and keeps the final usage and timings.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from typing import Any
+
+import httpx
+
+from localrun.client.address import parse_address
+from localrun.client.types import Completion, GenerateOptions, RunningModel, Timings, Usage
+from localrun.errors import (AuthError, DaemonUnavailable, InvalidRequest, LocalrunError, ModelNotFound,
+                             Overloaded)
+
+Messages = list[dict[str, Any]]
+_QUICK = httpx.Timeout(10.0, connect=5.0)
+_GENERATE = httpx.Timeout(None, connect=5.0)
+
+
+class Client:
+    """One daemon (or OpenAI-compatible server) at `base_url`; `api_key` is sent as a Bearer token."""
+
+    def __init__(self, base_url: str, api_key: str = "", transport: httpx.BaseTransport | None = None) -> None:
+        headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+        self.base_url = base_url.rstrip("/")
+        self._http = httpx.Client(base_url=self.base_url, headers=headers, transport=transport, timeout=_QUICK)
+
+    @classmethod
+    def from_host(cls, host: str | None = None) -> Client:
+        """From `--host` (or LOCALRUN_HOST when None) and LOCALRUN_API_KEY's first key."""
+        from localrun.config import Config
+
+        config = Config.from_env()
+        keys = config.api_keys
+        return cls(parse_address(host or config.host).base_url, keys[0] if keys else "")
+
+    def close(self) -> None:
+        self._http.close()
+
+    def __enter__(self) -> Client:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- small routes ---------------------------------------------------------------------------
+
+    def health(self, timeout: float | None = None) -> dict[str, Any]:
+        return self._json("GET", "/health", timeout=timeout)
+
+    def version(self) -> str:
+        return str(self._json("GET", "/api/version").get("version", ""))
+
+    def ps(self) -> list[RunningModel]:
+        return [RunningModel.from_json(m) for m in self._json("GET", "/api/ps").get("models", [])]
+
+    def models(self) -> list[str]:
+        return [m["id"] for m in self._json("GET", "/v1/models").get("data", [])]
+
+    def show(self, model: str) -> dict[str, Any]:
+        """Ollama's `/api/show`: details, parameters, template, model_info."""
+        return self._json("POST", "/api/show", json={"model": model})
+
+    # -- generation -----------------------------------------------------------------------------
+
+    def chat(self, model: str, messages: Messages, options: GenerateOptions | None = None,
+             stream: bool = False) -> Completion | TextStream:
+        body = _body(model, options, stream, messages=messages)
+        return self._generate("/v1/chat/completions", body, stream, chat=True)
+
+    def complete(self, model: str, prompt: str, options: GenerateOptions | None = None,
+                 stream: bool = False) -> Completion | TextStream:
+        body = _body(model, options, stream, prompt=prompt)
+        return self._generate("/v1/completions", body, stream, chat=False)
+
+    def _generate(self, path: str, body: dict[str, Any], stream: bool, chat: bool) -> Completion | TextStream:
+        if stream:
+            return TextStream(self._send("POST", path, json=body, timeout=_GENERATE, stream=True), chat)
+        data = self._json("POST", path, json=body, timeout=_GENERATE)
+        return _completion(data, chat)
+
+    # -- plumbing -------------------------------------------------------------------------------
+
+    def _json(self, method: str, path: str, **kwargs: Any) -> dict[str, Any]:
+        response = self._send(method, path, **kwargs)
+        try:
+            return response.json()
+        except ValueError:
+            raise LocalrunError(f"{self.base_url}{path} answered with something that is not JSON") from None
+
+    def _send(self, method: str, path: str, timeout: Any = None, stream: bool = False,
+              **kwargs: Any) -> httpx.Response:
+        request = self._http.build_request(method, path, timeout=timeout or _QUICK, **kwargs)
+        try:
+            response = self._http.send(request, stream=stream)
+        except httpx.TimeoutException:
+            raise DaemonUnavailable(f"{self.base_url} did not answer in time") from None
+        except httpx.TransportError as e:
+            raise DaemonUnavailable(f"cannot reach {self.base_url}: {e}") from None
+        if response.is_error:
+            response.read()
+            response.close()
+            raise error_from_response(response)
+        return response
+
+
+def _body(model: str, options: GenerateOptions | None, stream: bool, **fields: Any) -> dict[str, Any]:
+    body: dict[str, Any] = {"model": model, **fields, **(options or GenerateOptions()).to_body()}
+    if stream:
+        body["stream"] = True
+        body["stream_options"] = {"include_usage": True}
+    return body
+
+
+def _completion(data: dict[str, Any], chat: bool) -> Completion:
+    choice = (data.get("choices") or [{}])[0]
+    text = (choice.get("message") or {}).get("content") if chat else choice.get("text")
+    return Completion(text or "", data.get("model", ""), choice.get("finish_reason"),
+                      Usage.from_json(data.get("usage")), Timings.from_json(data.get("timings")), data)
+
+
+def error_from_response(response: httpx.Response) -> LocalrunError:
+    """The LocalrunError for an HTTP error status, with the server's own message when it sent one."""
+    message = _error_message(response) or f"HTTP {response.status_code} from {response.request.url}"
+    status = response.status_code
+    if status == 503:
+        retry = response.headers.get("retry-after", "1")
+        return Overloaded(message, int(retry) if retry.isdigit() else 1)
+    if status in (401, 403):
+        return AuthError(message + ("" if "key" in message.lower() else " (set LOCALRUN_API_KEY)"))
+    if status == 404:
+        return ModelNotFound(message)
+    if 400 <= status < 500:
+        return InvalidRequest(message)
+    return LocalrunError(message)
+
+
+def _error_message(response: httpx.Response) -> str:
+    """OpenAI's {"error": {"message"}}, Ollama's {"error": "..."} or FastAPI's {"detail": ...}."""
+    try:
+        data = response.json()
+    except ValueError:
+        return response.text.strip()[:200]
+    if not isinstance(data, dict):
+        return ""
+    error = data.get("error", data.get("detail", ""))
+    if isinstance(error, dict):
+        error = error.get("message", "")
+    return str(error).strip()
+
+
+class TextStream:
+    """An SSE answer: iterate for text deltas; afterwards `completion` has the text, usage and timings.
+
+    Closing it early (or leaving a `with` block) drops the connection, which cancels the generation
+    on the daemon: that is how Ctrl-C stops an answer.
+    """
+
+    def __init__(self, response: httpx.Response, chat: bool) -> None:
+        self._response = response
+        self._chat = chat
+        self._parts: list[str] = []
+        self.completion = Completion("")
+
+    def __enter__(self) -> TextStream:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        self._response.close()
+
+    def __iter__(self) -> Iterator[str]:
+        try:
+            for chunk in _events(self._response):
+                delta = self._absorb(chunk)
+                if delta:
+                    yield delta
+        except httpx.TransportError as e:
+            raise DaemonUnavailable(f"the connection broke during the answer: {e}") from None
+        finally:
+            self.close()
+        self.completion.text = "".join(self._parts)
+
+    def _absorb(self, chunk: dict[str, Any]) -> str:
+        if "error" in chunk:
+            error = chunk["error"]
+            raise LocalrunError(error.get("message", str(error)) if isinstance(error, dict) else str(error))
+        c = self.completion
+        c.model = chunk.get("model", c.model)
+        c.raw = chunk
+        c.usage = Usage.from_json(chunk.get("usage")) or c.usage
+        c.timings = Timings.from_json(chunk.get("timings")) or c.timings
+        delta = ""
+        for choice in chunk.get("choices") or []:
+            c.finish_reason = choice.get("finish_reason") or c.finish_reason
+            delta += ((choice.get("delta") or {}).get("content") if self._chat else choice.get("text")) or ""
+        self._parts.append(delta)
+        return delta
+
+
+def _events(response: httpx.Response) -> Iterator[dict[str, Any]]:
+    """The JSON objects of an SSE stream's `data:` lines, up to `[DONE]`."""
+    for line in response.iter_lines():
+        if not line.startswith("data:"):
+            continue
+        data = line[5:].strip()
+        if data == "[DONE]":
+            return
+        try:
+            yield json.loads(data)
+        except ValueError:
+            raise LocalrunError(f"the server sent a malformed stream event: {data[:80]!r}") from None
+
+
+__all__ = ["Client", "TextStream", "error_from_response"]

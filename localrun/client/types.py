@@ -1,0 +1,144 @@
+"""What the client sends and gets back, as plain dataclasses (no pydantic: the CLI stays light).
+
+`GenerateOptions` is the CLI's view of sampling knobs; `to_body()` renders the OpenAI request fields
+plus the extension fields the localrun daemon understands (`num_ctx`, `keep_alive`, `top_k`,
+`min_p`, `repeat_penalty`). Other OpenAI-compatible servers ignore the extensions.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field, fields
+from typing import Any
+
+from localrun.errors import UsageError
+
+
+@dataclass(slots=True)
+class GenerateOptions:
+    temperature: float | None = None
+    top_p: float | None = None
+    top_k: int | None = None
+    min_p: float | None = None
+    repeat_penalty: float | None = None
+    seed: int | None = None
+    max_tokens: int | None = None
+    num_ctx: int | None = None
+    stop: list[str] | None = None
+    format: str | None = None  # "json" = JSON-object output
+    keep_alive: str | None = None
+
+    def to_body(self) -> dict[str, Any]:
+        body = {k: v for k, v in asdict(self).items() if v is not None and k not in ("format", "keep_alive")}
+        if self.format == "json":
+            body["response_format"] = {"type": "json_object"}
+        if self.keep_alive is not None:
+            body["keep_alive"] = _keep_alive(self.keep_alive)
+        return body
+
+    def merged(self, overrides: dict[str, Any]) -> GenerateOptions:
+        """A copy with `overrides` (by field name, values as given or as strings) applied."""
+        result = GenerateOptions(**asdict(self))
+        for name, value in overrides.items():
+            setattr(result, name, coerce_option(name, value))
+        return result
+
+
+_TYPES = {f.name: f.type for f in fields(GenerateOptions)}
+ALIASES = {"num_predict": "max_tokens", "ctx_size": "num_ctx", "max_completion_tokens": "max_tokens"}
+
+
+def coerce_option(name: str, value: Any) -> Any:
+    """Convert `value` (often a string typed by a user) to the type of option `name`; UsageError if unknown."""
+    name = ALIASES.get(name, name)
+    kind = _TYPES.get(name)
+    if kind is None:
+        raise UsageError(f"unknown option {name!r} (known: {', '.join(sorted(_TYPES))})")
+    if value is None:
+        return None
+    try:
+        if "float" in kind:
+            return float(value)
+        if "int" in kind:
+            return int(value)
+        if "list" in kind:
+            return [value] if isinstance(value, str) else [str(v) for v in value]
+        return str(value)
+    except (TypeError, ValueError):
+        raise UsageError(f"option {name} needs a {kind.split(' ')[0]}, got {value!r}") from None
+
+
+def _keep_alive(value: str) -> str | int:
+    """Durations pass through ("5m"); plain numbers become seconds as the daemon expects."""
+    try:
+        return int(value)
+    except ValueError:
+        return value
+
+
+@dataclass(slots=True)
+class Usage:
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    cached_tokens: int = 0
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any] | None) -> Usage | None:
+        if not data:
+            return None
+        details = data.get("prompt_tokens_details") or {}
+        return cls(int(data.get("prompt_tokens") or 0), int(data.get("completion_tokens") or 0),
+                   int(details.get("cached_tokens") or 0))
+
+
+@dataclass(slots=True)
+class Timings:
+    """llama-server's timing block: counts, milliseconds and rates for prefill and decode."""
+
+    prompt_n: int = 0
+    prompt_ms: float = 0.0
+    prompt_per_second: float = 0.0
+    predicted_n: int = 0
+    predicted_ms: float = 0.0
+    predicted_per_second: float = 0.0
+    cache_n: int = 0
+    load_ms: float = 0.0
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any] | None) -> Timings | None:
+        if not data:
+            return None
+        known = {f.name for f in fields(cls)}
+        return cls(**{k: v for k, v in data.items() if k in known and v is not None})
+
+
+@dataclass(slots=True)
+class Completion:
+    """One finished answer; `raw` is the server's JSON (the last chunk's, when streamed)."""
+
+    text: str
+    model: str = ""
+    finish_reason: str | None = None
+    usage: Usage | None = None
+    timings: Timings | None = None
+    raw: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(slots=True)
+class RunningModel:
+    """One row of `/api/ps`."""
+
+    name: str
+    digest: str
+    size: int
+    size_vram: int
+    context_length: int
+    expires_at: str
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> RunningModel:
+        return cls(data.get("name") or data.get("model") or "", data.get("digest") or "",
+                   int(data.get("size") or 0), int(data.get("size_vram") or 0),
+                   int(data.get("context_length") or 0), data.get("expires_at") or "")
+
+
+__all__ = ["GenerateOptions", "Usage", "Timings", "Completion", "RunningModel", "coerce_option", "ALIASES"]
