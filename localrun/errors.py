@@ -99,7 +99,14 @@ class DaemonUnavailable(LocalrunError):
     status = 503
 
 
+def error_class(name: str) -> type[LocalrunError]:
+    """The error class called `name` (errors cross the runner pipe by name), else the base class."""
+    found = globals().get(name)
+    return found if isinstance(found, type) and issubclass(found, LocalrunError) else LocalrunError
+
+
 __all__ = [
+    "error_class",
     "LocalrunError", "UsageError", "InvalidRequest", "ContextOverflow", "AuthError", "InvalidName",
     "ModelNotFound", "StoreError", "DownloadError", "ChecksumMismatch", "NotGGUF", "DiskFull",
     "Overloaded", "ModelLoadError", "RunnerCrashed", "DaemonUnavailable",

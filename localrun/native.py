@@ -1,0 +1,126 @@
+"""The one native generation request every API dialect translates into, and what comes back.
+
+A leaf module shared by the server (dialects build a `GenerateRequest` and render `Delta`/`Done`
+events in their own wire format) and the runner (which templates, tokenizes and runs it). It is
+plain dataclasses so that it crosses the runner pipe as JSON without pydantic.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from localrun.sampling import SamplingParams
+
+
+@dataclass(slots=True)
+class GenerateRequest:
+    model: str
+    messages: list[dict[str, Any]] | None = None  # chat: OpenAI-shaped messages, content as text
+    prompt: str | None = None  # completion: used as is, no chat template
+    tools: list[dict[str, Any]] | None = None  # [{"name", "description", "parameters": JSON schema}]
+    tool_choice: str | dict[str, Any] | None = None  # "none" | "auto" | "required" | {"name": ...}
+    json_schema: dict[str, Any] | None = None  # the output must validate against it
+    json_mode: bool = False  # the output must be one JSON value
+    sampling: SamplingParams = field(default_factory=SamplingParams)
+    n: int = 1  # independent choices sharing the prompt
+    echo: bool = False  # completions: return the prompt (and its logprobs) before the output
+    num_ctx: int | None = None  # context length per slot; None = the server default
+    keep_alive: float | None = None  # seconds; None = server default, < 0 forever, 0 unload after
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> GenerateRequest:
+        data = dict(data)
+        data["sampling"] = SamplingParams.from_dict(data.get("sampling") or {})
+        return cls(**data)
+
+
+@dataclass(slots=True)
+class Usage:
+    prompt_tokens: int = 0
+    cached_tokens: int = 0
+    completion_tokens: int = 0
+
+    @property
+    def total_tokens(self) -> int:
+        return self.prompt_tokens + self.completion_tokens
+
+
+@dataclass(slots=True)
+class Timings:
+    """Milliseconds, as the engine measured them; dialects convert (Ollama wants nanoseconds)."""
+
+    prompt_tokens: int = 0
+    cached_tokens: int = 0
+    prompt_ms: float = 0.0
+    generated_tokens: int = 0
+    generation_ms: float = 0.0
+    load_ms: float = 0.0
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Timings:
+        return cls(**{k: data[k] for k in cls.__slots__ if k in data})
+
+    def to_llama_server(self) -> dict[str, float]:
+        """llama-server's `timings` object, which some clients already read."""
+        def rate(n: int, ms: float) -> float:
+            return n / ms * 1000.0 if ms > 0 else 0.0
+
+        return {
+            "prompt_n": self.prompt_tokens - self.cached_tokens,
+            "prompt_ms": self.prompt_ms,
+            "prompt_per_second": rate(self.prompt_tokens - self.cached_tokens, self.prompt_ms),
+            "predicted_n": self.generated_tokens,
+            "predicted_ms": self.generation_ms,
+            "predicted_per_second": rate(self.generated_tokens, self.generation_ms),
+            "cache_n": self.cached_tokens,
+            "load_ms": self.load_ms,
+        }
+
+
+@dataclass(slots=True)
+class TokenLogprob:
+    token: str
+    logprob: float
+    top: list[tuple[str, float]] = field(default_factory=list)
+
+
+@dataclass(slots=True)
+class Delta:
+    """New visible text of choice `index` (may carry the logprobs of the tokens behind it)."""
+
+    index: int
+    text: str
+    logprobs: list[TokenLogprob] = field(default_factory=list)
+
+
+@dataclass(slots=True)
+class ToolCall:
+    id: str
+    name: str
+    arguments: dict[str, Any]
+
+
+@dataclass(slots=True)
+class Done:
+    """Choice `index` finished: why, and what it cost."""
+
+    index: int
+    finish_reason: str  # "stop" | "length" | "tool_calls" | "cancelled"
+    timings: Timings
+    text: str = ""  # the whole visible text of the choice, after tool calls were taken out
+    tool_calls: list[ToolCall] = field(default_factory=list)
+    stop_sequence: str | None = None
+
+    @property
+    def usage(self) -> Usage:
+        t = self.timings
+        return Usage(t.prompt_tokens, t.cached_tokens, t.generated_tokens)
+
+
+Event = Delta | Done
+
+__all__ = ["GenerateRequest", "Usage", "Timings", "TokenLogprob", "Delta", "ToolCall", "Done", "Event"]

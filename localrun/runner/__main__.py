@@ -1,0 +1,92 @@
+"""`python -m localrun.runner`: host one engine for one model file, speaking the runner protocol.
+
+    python -m localrun.runner --model FILE --fd N [--parallel 4 --ctx-size 4096 ...]
+    python -m localrun.runner --info        print what this llama.cpp build can do, as JSON
+
+The daemon starts one of these per loaded model (see protocol.py). A crash in here, even an abort
+inside llama.cpp, ends this process only; the daemon tells the requests in flight why.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import socket
+import sys
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m localrun.runner", description=__doc__.splitlines()[0])
+    p.add_argument("--info", action="store_true", help="print the llama.cpp build's capabilities as JSON and exit")
+    p.add_argument("--model", help="GGUF file to load")
+    p.add_argument("--fd", type=int, help="inherited socket file descriptor to speak the protocol on")
+    p.add_argument("--parallel", type=int, default=4)
+    p.add_argument("--ctx-size", type=int, default=4096, help="context length per slot")
+    p.add_argument("--batch-size", type=int, default=512)
+    p.add_argument("--threads", type=int, default=None, help="omit for the engine's automatic choice")
+    p.add_argument("--flash-attn", default="auto")
+    p.add_argument("--kv-cache-type", default="f16")
+    p.add_argument("--gpu-layers", type=int, default=None, help="omit to offload all layers when the build can")
+    p.add_argument("--speculative", type=int, default=0)
+    return p
+
+
+def build_info() -> dict:
+    """What `localrun doctor` shows about the inference build."""
+    import llama_cpp
+
+    from localrun.engine.settings import physical_cores
+
+    return {
+        "llama_cpp_python": llama_cpp.__version__,
+        "system_info": llama_cpp.llama_print_system_info().decode(errors="replace").strip(),
+        "supports_gpu_offload": bool(llama_cpp.llama_supports_gpu_offload()),
+        "supports_mmap": bool(llama_cpp.llama_supports_mmap()),
+        "max_devices": int(llama_cpp.llama_max_devices()),
+        "cpu_count": os.cpu_count(),
+        "default_threads": physical_cores(),
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    if args.info:
+        print(json.dumps(build_info()))
+        return 0
+    if not args.model or args.fd is None:
+        _parser().error("--model and --fd are required")
+    from localrun.runner.protocol import Channel
+
+    channel = Channel(socket.socket(fileno=args.fd))
+    engine = _load(args, channel)
+    if engine is None:
+        return 1
+    from localrun.runner.host import RunnerHost
+
+    channel.send({"type": "ready", "info": engine.info})
+    RunnerHost(engine, channel).run()
+    engine.close()
+    return 0
+
+
+def _load(args: argparse.Namespace, channel):
+    from localrun.engine import Engine, EngineSettings
+    from localrun.errors import LocalrunError
+
+    settings = EngineSettings(
+        parallel=args.parallel, ctx_size=args.ctx_size, batch_size=args.batch_size, threads=args.threads,
+        flash_attn=args.flash_attn, kv_cache_type=args.kv_cache_type, gpu_layers=args.gpu_layers,
+        speculative=args.speculative,
+    )
+    try:
+        return Engine(args.model, settings)
+    except LocalrunError as e:
+        channel.send({"type": "fatal", "message": e.message})
+    except Exception as e:  # anything llama.cpp or the file throws at load time
+        channel.send({"type": "fatal", "message": f"model failed to load: {e}"})
+    return None
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,148 @@
+"""The runner's loop: one thread owns the engine; it takes messages between steps and streams events.
+
+A reader thread turns socket lines into an inbox; the engine thread drains the inbox (blocking
+only when the engine is idle), runs one `engine.step()`, and sends what came out. Every request
+that touches the llama context (generate, tokenize, embed, render) runs on the engine thread.
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from localrun.engine import Engine, Finished, Request, Token
+from localrun.errors import LocalrunError
+from localrun.native import GenerateRequest
+from localrun.runner.prompt import build_grammar, build_prompt
+from localrun.runner.protocol import Channel
+from localrun.sampling import SamplingParams
+
+SHUTDOWN = {"op": "shutdown"}
+
+
+@dataclass(slots=True)
+class _Choice:
+    """The runner's view of one engine sequence: which request and choice it serves, and its text."""
+
+    request_id: str
+    index: int
+    text: list[str] = field(default_factory=list)
+
+
+class RunnerHost:
+    def __init__(self, engine: Engine, channel: Channel) -> None:
+        self.engine = engine
+        self.channel = channel
+        self.inbox: queue.SimpleQueue[dict[str, Any]] = queue.SimpleQueue()
+        self.choices: dict[str, _Choice] = {}  # engine request id -> choice
+        self.stopping = False
+
+    def run(self) -> None:
+        threading.Thread(target=self._read, name="runner-reader", daemon=True).start()
+        while not self.stopping:
+            self._drain(block=not self.engine.has_work)
+            if self.engine.has_work and not self.stopping:
+                for event in self.engine.step():
+                    self._emit(event)
+
+    def _read(self) -> None:
+        try:
+            for message in self.channel:
+                self.inbox.put(message)
+        finally:
+            self.inbox.put(SHUTDOWN)  # the parent is gone: nobody to answer
+
+    def _drain(self, block: bool) -> None:
+        try:
+            message = self.inbox.get(block=block)
+            while True:
+                self._handle(message)
+                message = self.inbox.get_nowait()
+        except queue.Empty:
+            pass
+
+    def _handle(self, message: dict[str, Any]) -> None:
+        op, rid = message.get("op"), message.get("id", "")
+        if op == "shutdown":
+            self.stopping = True
+            return
+        try:
+            handler = getattr(self, f"_op_{op}")
+        except AttributeError:
+            self.channel.send({"type": "error", "id": rid, "message": f"unknown op {op!r}", "error": "InvalidRequest"})
+            return
+        try:
+            handler(rid, message)
+        except LocalrunError as e:
+            self.channel.send({"type": "error", "id": rid, "message": e.message, "error": type(e).__name__})
+
+    def _op_generate(self, rid: str, message: dict[str, Any]) -> None:
+        request = GenerateRequest.from_dict(message["request"])
+        prompt = build_prompt(self.engine, request)
+        sampling = request.sampling
+        sampling.grammar = build_grammar(request) or sampling.grammar
+        for index in range(max(1, request.n)):
+            key = f"{rid}#{index}"
+            choice_sampling = sampling if request.n <= 1 or sampling.seed is None else _reseeded(sampling, index)
+            self.engine.add(Request(id=key, prompt=prompt, sampling=choice_sampling))
+            self.choices[key] = _Choice(rid, index)
+        self.channel.send({"type": "accepted", "id": rid, "prompt_tokens": len(prompt)})
+
+    def _op_cancel(self, rid: str, message: dict[str, Any]) -> None:
+        for key, choice in list(self.choices.items()):
+            if choice.request_id == rid:
+                self.engine.cancel(key)
+
+    def _op_tokenize(self, rid: str, message: dict[str, Any]) -> None:
+        tokens = self.engine.tokenize(message["text"], add_special=message.get("special", True), parse_special=True)
+        self._result(rid, {"tokens": tokens})
+
+    def _op_detokenize(self, rid: str, message: dict[str, Any]) -> None:
+        self._result(rid, {"text": self.engine.detokenize(message["tokens"])})
+
+    def _op_render(self, rid: str, message: dict[str, Any]) -> None:
+        request = GenerateRequest(model="", messages=message["messages"], tools=message.get("tools"))
+        self._result(rid, {"tokens": build_prompt(self.engine, request)})
+
+    def _op_embed(self, rid: str, message: dict[str, Any]) -> None:
+        vectors, tokens = self.engine.embed(message["inputs"])
+        self._result(rid, {"embeddings": vectors, "prompt_tokens": tokens})
+
+    def _op_health(self, rid: str, message: dict[str, Any]) -> None:
+        self._result(rid, {"running": len(self.choices)})
+
+    def _result(self, rid: str, value: dict[str, Any]) -> None:
+        self.channel.send({"type": "result", "id": rid, "value": value})
+
+    def _emit(self, event: Token | Finished) -> None:
+        choice = self.choices.get(event.request_id)
+        if choice is None:
+            return
+        if isinstance(event, Token):
+            choice.text.append(event.text)
+            if event.text or event.logprob is not None:
+                self.channel.send({
+                    "type": "delta", "id": choice.request_id, "index": choice.index, "text": event.text,
+                    "logprobs": _logprobs(self.engine, event),
+                })
+            return
+        del self.choices[event.request_id]
+        self.channel.send({
+            "type": "done", "id": choice.request_id, "index": choice.index,
+            "finish_reason": event.reason, "timings": event.timings.to_dict(),
+            "text": "".join(choice.text), "tool_calls": [], "stop_sequence": getattr(event, "stop", None),
+        })
+
+
+def _logprobs(engine: Engine, event: Token) -> list[Any]:
+    if event.logprob is None:
+        return []
+    piece = engine.detokenize([event.token])
+    return [[piece, event.logprob, [list(alt) for alt in (event.top_logprobs or [])]]]
+
+
+def _reseeded(sampling: SamplingParams, index: int) -> SamplingParams:
+    """Choices of one request must differ: choice i uses seed + i (reproducible as a whole)."""
+    return replace(sampling, seed=sampling.seed + index)

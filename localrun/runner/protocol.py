@@ -1,0 +1,59 @@
+"""The runner protocol: JSON lines over one Unix socket shared by the daemon and its runner child.
+
+The daemon creates a socketpair and passes one end to `python -m localrun.runner --fd N`.
+Every message is one JSON object on one line. The child's stdout is unused; its stderr is
+kept by the parent so a crash can be explained with its last lines.
+
+Parent -> runner (each carries a caller-chosen string `id`, except shutdown):
+    {"op": "generate", "id", "request": GenerateRequest.to_dict()}
+    {"op": "cancel",   "id"}                       stop that generation within one engine step
+    {"op": "tokenize", "id", "text", "special": bool}
+    {"op": "detokenize", "id", "tokens": [int]}
+    {"op": "render",   "id", "messages", "tools"}  chat template + tokenize, no generation
+    {"op": "embed",    "id", "inputs": [str]}
+    {"op": "health",   "id"}
+    {"op": "shutdown"}                             finish nothing, exit 0
+
+Runner -> parent:
+    {"type": "ready", "info": {...}}               once, after the model loaded
+    {"type": "fatal", "message"}                   once, when loading failed; then the runner exits
+    {"type": "accepted", "id", "prompt_tokens"}    the generation is queued in the engine (errors come before)
+    {"type": "delta", "id", "index", "text", "logprobs": [[token, logprob, [[alt, lp], ...]], ...]}
+    {"type": "done",  "id", "index", "finish_reason", "timings", "text", "tool_calls", "stop_sequence"}
+    {"type": "result", "id", "value"}              answer to tokenize / detokenize / render / embed / health
+    {"type": "error", "id", "message", "error"}    this request failed; error names a class in localrun.errors
+
+A generation with n choices sends a "done" per index; the parent knows it is over after n of them.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import threading
+from typing import Any, Iterator
+
+MAX_LINE = 256 * 1024 * 1024
+
+
+def encode(message: dict[str, Any]) -> bytes:
+    return json.dumps(message, separators=(",", ":"), ensure_ascii=False).encode() + b"\n"
+
+
+class Channel:
+    """The runner's end: read messages line by line, send from any thread."""
+
+    def __init__(self, sock: socket.socket) -> None:
+        self._sock = sock
+        self._reader = sock.makefile("rb", buffering=1 << 16)
+        self._lock = threading.Lock()
+
+    def send(self, message: dict[str, Any]) -> None:
+        data = encode(message)
+        with self._lock:
+            self._sock.sendall(data)
+
+    def __iter__(self) -> Iterator[dict[str, Any]]:
+        for line in self._reader:
+            if line.strip():
+                yield json.loads(line)

@@ -1,0 +1,44 @@
+"""The daemon's ASGI application: the dialect routers, the error shapes, and the shared state
+(config, store, model manager) the handlers find on `request.app.state`."""
+
+from __future__ import annotations
+
+import contextlib
+from typing import Any, AsyncIterator
+
+from fastapi import FastAPI
+
+from localrun import __version__
+from localrun.config import Config
+from localrun.server import errors
+from localrun.server.manager import ModelManager
+
+
+def create_app(config: Config | None = None, store: Any = None, manager: ModelManager | None = None) -> FastAPI:
+    config = config or Config.from_env()
+    if store is None:
+        from localrun.store import Store
+
+        store = Store()
+    manager = manager or ModelManager(config, store)
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        yield
+        await manager.close()
+
+    app = FastAPI(title="localrun", version=__version__, lifespan=lifespan,
+                  description="Local LLM runner: OpenAI-, Ollama- and Anthropic-compatible APIs.")
+    app.state.config, app.state.store, app.state.manager = config, store, manager
+    errors.install(app)
+
+    @app.get("/health", tags=["system"])
+    async def health() -> dict[str, Any]:
+        return {"status": "ok", "version": __version__, "loaded_models": len(manager.loaded)}
+
+    from localrun.server.ollama.routes import router as ollama
+    from localrun.server.openai.routes import router as openai
+
+    app.include_router(openai)
+    app.include_router(ollama)
+    return app

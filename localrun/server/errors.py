@@ -1,0 +1,79 @@
+"""Errors in each dialect's own shape, chosen by the route's path.
+
+    /v1/messages...  Anthropic  {"type": "error", "error": {"type", "message"}}
+    /v1/...          OpenAI     {"error": {"message", "type", "param", "code"}}
+    anything else    Ollama     {"error": "message"}
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException
+
+from localrun.errors import LocalrunError, Overloaded
+
+log = logging.getLogger("localrun.server")
+
+_OPENAI_TYPES = {400: "invalid_request_error", 401: "authentication_error", 403: "permission_error",
+                 404: "not_found_error", 413: "invalid_request_error", 429: "rate_limit_error", 503: "server_error"}
+_ANTHROPIC_TYPES = {400: "invalid_request_error", 401: "authentication_error", 403: "permission_error",
+                    404: "not_found_error", 413: "request_too_large", 429: "rate_limit_error", 503: "overloaded_error"}
+
+
+def dialect(path: str) -> str:
+    if path.startswith("/v1/messages"):
+        return "anthropic"
+    return "openai" if path.startswith("/v1/") else "ollama"
+
+
+def error_body(path: str, status: int, message: str) -> dict[str, Any]:
+    kind = dialect(path)
+    if kind == "anthropic":
+        return {"type": "error", "error": {"type": _ANTHROPIC_TYPES.get(status, "api_error"), "message": message}}
+    if kind == "openai":
+        return {"error": {"message": message, "type": _OPENAI_TYPES.get(status, "server_error"), "param": None,
+                          "code": status}}
+    return {"error": message}
+
+
+def error_response(path: str, status: int, message: str, headers: dict[str, str] | None = None) -> JSONResponse:
+    return JSONResponse(error_body(path, status, message), status_code=status, headers=headers)
+
+
+def localrun_error_response(path: str, error: LocalrunError) -> JSONResponse:
+    headers = {"Retry-After": str(error.retry_after)} if isinstance(error, Overloaded) else None
+    return error_response(path, error.status, error.message, headers)
+
+
+def _validation_message(exc: RequestValidationError) -> str:
+    parts = []
+    for err in exc.errors()[:3]:
+        where = ".".join(str(p) for p in err.get("loc", ()) if p != "body")
+        parts.append(f"{where}: {err.get('msg', 'invalid')}" if where else str(err.get("msg", "invalid")))
+    return "invalid request: " + "; ".join(parts)
+
+
+def install(app: FastAPI) -> None:
+    """Register handlers so that every failure, expected or not, answers in the caller's dialect."""
+
+    @app.exception_handler(LocalrunError)
+    async def _localrun(request: Request, exc: LocalrunError) -> JSONResponse:
+        return localrun_error_response(request.url.path, exc)
+
+    @app.exception_handler(RequestValidationError)
+    async def _invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
+        return error_response(request.url.path, 400, _validation_message(exc))
+
+    @app.exception_handler(HTTPException)
+    async def _http(request: Request, exc: HTTPException) -> JSONResponse:
+        return error_response(request.url.path, exc.status_code, str(exc.detail), dict(exc.headers or {}))
+
+    @app.exception_handler(Exception)
+    async def _unexpected(request: Request, exc: Exception) -> JSONResponse:
+        log.exception("unexpected error on %s", request.url.path)
+        return error_response(request.url.path, 500, f"internal error: {type(exc).__name__}: {exc}")

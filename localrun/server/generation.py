@@ -1,0 +1,91 @@
+"""The one generation path. Every dialect builds a GenerateRequest, calls `start`, and renders the
+Delta/Done events in its own wire format; nothing else in the server talks to a runner about
+generation.
+
+`start` returns only once the runner has accepted the request, so that an unknown model, a full
+queue or a prompt over the context is raised before a dialect sends any byte (a proper 4xx/503,
+not a 200 stream that ends in an error).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from dataclasses import dataclass, field
+from typing import Any, AsyncIterator
+
+from localrun.native import Delta, Done, Event, GenerateRequest, Timings, TokenLogprob, ToolCall
+from localrun.server.manager import ModelManager
+
+
+@dataclass(slots=True)
+class Generation:
+    """An accepted generation. Iterate it once for its events; leaving early cancels it."""
+
+    prompt_tokens: int
+    _events: AsyncIterator[Event]
+
+    def __aiter__(self) -> AsyncIterator[Event]:
+        return self._events
+
+
+async def start(manager: ModelManager, request: GenerateRequest) -> Generation:
+    stack = contextlib.AsyncExitStack()
+    started = time.perf_counter()
+    try:
+        loaded = await stack.enter_async_context(manager.lease(request.model, request.num_ctx, request.keep_alive))
+        load_ms = (time.perf_counter() - started) * 1000.0
+        stream = loaded.runner.stream("generate", request=request.to_dict())
+        stack.push_async_callback(stream.aclose)
+        accepted = await anext(stream)
+    except BaseException:
+        await stack.aclose()
+        raise
+    return Generation(accepted["prompt_tokens"], _events(stack, stream, load_ms))
+
+
+async def _events(stack: contextlib.AsyncExitStack, stream: AsyncIterator[dict[str, Any]],
+                  load_ms: float) -> AsyncIterator[Event]:
+    async with stack:
+        async for message in stream:
+            yield _event(message, load_ms)
+
+
+def _event(message: dict[str, Any], load_ms: float) -> Event:
+    if message["type"] == "delta":
+        return Delta(message["index"], message["text"], [
+            TokenLogprob(token, logprob, [(alt, lp) for alt, lp in top]) for token, logprob, top in message["logprobs"]
+        ])
+    timings = Timings.from_dict(message["timings"])
+    timings.load_ms = load_ms
+    return Done(
+        index=message["index"], finish_reason=message["finish_reason"], timings=timings, text=message["text"],
+        tool_calls=[ToolCall(**call) for call in message["tool_calls"]], stop_sequence=message["stop_sequence"],
+    )
+
+
+@dataclass(slots=True)
+class Collected:
+    """A whole (non-streamed) generation: one Done per choice, in order, and the logprobs seen."""
+
+    choices: list[Done] = field(default_factory=list)
+    logprobs: dict[int, list[TokenLogprob]] = field(default_factory=dict)
+
+    @property
+    def timings(self) -> Timings:
+        return self.choices[0].timings
+
+    @property
+    def completion_tokens(self) -> int:
+        return sum(c.timings.generated_tokens for c in self.choices)
+
+
+async def collect(manager: ModelManager, request: GenerateRequest) -> Collected:
+    result = Collected()
+    async for event in await start(manager, request):
+        if isinstance(event, Delta):
+            result.logprobs.setdefault(event.index, []).extend(event.logprobs)
+        else:
+            result.choices.append(event)
+    result.choices.sort(key=lambda c: c.index)
+    return result

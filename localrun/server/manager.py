@@ -1,0 +1,195 @@
+"""The model manager schedules runners, not tokens: load on demand, keep-alive, eviction, admission.
+
+One runner process per loaded model. A request leases the model (`async with manager.lease(...)`):
+the lease loads the runner if needed, refuses at once with `Overloaded` (503 + Retry-After) when the
+model already has `parallel + max_queue` requests, and on release starts the keep-alive clock.
+Loading evicts the least recently used idle models to stay within the model count and the memory
+budget. The runner factory is injectable so the scheduling decisions can be tested without models.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from dataclasses import dataclass, field
+from typing import Any, AsyncIterator, Awaitable, Callable, Protocol
+
+from localrun.config import Config
+from localrun.durations import parse_duration
+from localrun.errors import Overloaded
+from localrun.server.memory import estimate_bytes, memory_budget
+from localrun.server.runner_process import RunnerOptions, RunnerProcess
+
+log = logging.getLogger("localrun.manager")
+
+REAP_INTERVAL_S = 1.0
+
+
+class ModelLike(Protocol):
+    name: str
+    digest: str
+    path: Any
+    size: int
+
+
+Spawn = Callable[[Any, RunnerOptions], Awaitable[RunnerProcess]]
+
+
+@dataclass(slots=True, eq=False)
+class Loaded:
+    """A loaded model: its runner and the bookkeeping the scheduler decides from."""
+
+    model: Any
+    runner: RunnerProcess
+    options: RunnerOptions
+    size: int
+    keep_alive: float
+    pending: int = 0  # admitted requests: running plus queued in the runner
+    last_used: float = field(default_factory=time.monotonic)
+    expires_at: float | None = None  # monotonic deadline while idle; None while busy or kept forever
+
+    @property
+    def idle(self) -> bool:
+        return self.pending == 0
+
+    def release(self, now: float) -> None:
+        self.pending -= 1
+        self.last_used = now
+        if self.idle:
+            self.expires_at = None if self.keep_alive < 0 else now + self.keep_alive
+
+
+class ModelManager:
+    def __init__(self, config: Config, store: Any, spawn: Spawn | None = None) -> None:
+        self.config = config
+        self.store = store
+        self.spawn: Spawn = spawn or RunnerProcess.start
+        self.loaded: dict[str, Loaded] = {}  # by blob digest
+        self.default_keep_alive = parse_duration(config.keep_alive)
+        self.budget = memory_budget(config.memory_budget)
+        self._lock = asyncio.Lock()
+        self._reaper: asyncio.Task[None] | None = None
+
+    def options(self, num_ctx: int | None) -> RunnerOptions:
+        c = self.config
+        return RunnerOptions(
+            parallel=c.parallel, ctx_size=num_ctx or c.ctx_size, batch_size=c.batch_size,
+            threads=None if c.threads == "auto" else int(c.threads), flash_attn=c.flash_attn,
+            kv_cache_type=c.kv_cache_type, gpu_layers=None if c.gpu_layers == "auto" else int(c.gpu_layers),
+            speculative=c.speculative,
+        )
+
+    @contextlib.asynccontextmanager
+    async def lease(self, name: str, num_ctx: int | None = None, keep_alive: Any = None) -> AsyncIterator[Loaded]:
+        """The loaded model for `name`, admitted for one request; released (keep-alive starts) on exit."""
+        keep = self.default_keep_alive if keep_alive is None else parse_duration(keep_alive)
+        loaded = await self._acquire(name, num_ctx, keep)
+        try:
+            yield loaded
+        finally:
+            loaded.release(time.monotonic())
+            if loaded.idle and loaded.keep_alive == 0:
+                # A task, not an await: the lease may be closing inside a cancelled request.
+                asyncio.get_running_loop().create_task(self.unload(loaded))
+
+    async def _acquire(self, name: str, num_ctx: int | None, keep: float) -> Loaded:
+        model = self.store.resolve(name)
+        async with self._lock:
+            loaded = self.loaded.get(model.digest)
+            if loaded is not None and self._stale(loaded, num_ctx):
+                await self._unload_locked(loaded)
+                loaded = None
+            if loaded is None:
+                loaded = await self._load_locked(model, self.options(num_ctx), keep)
+            self._admit(loaded)
+            loaded.keep_alive = keep
+            return loaded
+
+    def _stale(self, loaded: Loaded, num_ctx: int | None) -> bool:
+        """A dead runner is replaced; an idle one is reloaded when the request asks for another context size."""
+        if not loaded.runner.alive:
+            return True
+        return loaded.idle and num_ctx is not None and num_ctx != loaded.options.ctx_size
+
+    def _admit(self, loaded: Loaded) -> None:
+        capacity = loaded.options.parallel + self.config.max_queue
+        if loaded.pending >= capacity:
+            raise Overloaded(f"model {loaded.model.name} is busy ({loaded.pending} requests queued); retry later",
+                             retry_after=1 + loaded.pending // max(1, loaded.options.parallel))
+        loaded.pending += 1
+        loaded.expires_at = None
+
+    async def _load_locked(self, model: Any, options: RunnerOptions, keep: float) -> Loaded:
+        size = estimate_bytes(model.size, self.store.show(model.name).metadata, options)
+        self._make_room(size)
+        for victim in self._victims(size):
+            await self._unload_locked(victim)
+        log.info("loading %s (ctx %d x %d slots)", model.name, options.ctx_size, options.parallel)
+        runner = await self.spawn(model.path, options)
+        loaded = Loaded(model=model, runner=runner, options=options, size=size, keep_alive=keep)
+        self.loaded[model.digest] = loaded
+        self._ensure_reaper()
+        return loaded
+
+    def _make_room(self, size: int) -> None:
+        """Refuse now when even evicting every idle model cannot make room."""
+        busy = [m for m in self.loaded.values() if not m.idle]
+        if len(busy) >= self.config.max_loaded_models:
+            raise Overloaded(f"{len(busy)} models are loaded and busy (LOCALRUN_MAX_LOADED_MODELS); retry later")
+        if self.budget and busy and sum(m.size for m in busy) + size > self.budget:
+            raise Overloaded("not enough memory budget while other models are busy (LOCALRUN_MEMORY_BUDGET)")
+
+    def _victims(self, size: int) -> list[Loaded]:
+        """Least recently used idle models to unload so the new one fits the count and the budget."""
+        victims: list[Loaded] = []
+        idle = sorted((m for m in self.loaded.values() if m.idle), key=lambda m: m.last_used)
+        count, used = len(self.loaded), sum(m.size for m in self.loaded.values())
+        while idle and (count >= self.config.max_loaded_models or (self.budget and used + size > self.budget)):
+            victim = idle.pop(0)
+            victims.append(victim)
+            count, used = count - 1, used - victim.size
+        return victims
+
+    async def unload(self, loaded: Loaded) -> None:
+        async with self._lock:
+            await self._unload_locked(loaded)
+
+    async def _unload_locked(self, loaded: Loaded) -> None:
+        if self.loaded.get(loaded.model.digest) is loaded:
+            del self.loaded[loaded.model.digest]
+        log.info("unloading %s", loaded.model.name)
+        await loaded.runner.close()
+
+    async def unload_name(self, name: str) -> bool:
+        """Unload `name` now if it is loaded (keep_alive 0 with an empty prompt)."""
+        model = self.store.resolve(name)
+        loaded = self.loaded.get(model.digest)
+        if loaded is None:
+            return False
+        await self.unload(loaded)
+        return True
+
+    def _ensure_reaper(self) -> None:
+        if self._reaper is None or self._reaper.done():
+            self._reaper = asyncio.create_task(self._reap())
+
+    async def _reap(self) -> None:
+        """Unload idle models whose keep-alive ran out, and forget runners that died while idle."""
+        while self.loaded:
+            await asyncio.sleep(REAP_INTERVAL_S)
+            now = time.monotonic()
+            for loaded in list(self.loaded.values()):
+                expired = loaded.idle and loaded.expires_at is not None and loaded.expires_at <= now
+                if expired or (loaded.idle and not loaded.runner.alive):
+                    await self.unload(loaded)
+
+    async def close(self) -> None:
+        if self._reaper is not None:
+            self._reaper.cancel()
+        for loaded in list(self.loaded.values()):
+            await self.unload(loaded)
+
+    def running(self) -> list[Loaded]:
+        return sorted(self.loaded.values(), key=lambda m: -m.last_used)

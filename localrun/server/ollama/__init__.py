@@ -1,0 +1,1 @@
+"""The Ollama-compatible dialect: /api/* routes with NDJSON streaming and nanosecond timings."""

@@ -1,0 +1,153 @@
+"""OpenAI routes: thin handlers over translate.py and the one generation path."""
+
+from __future__ import annotations
+
+from typing import Any, AsyncIterator
+
+from fastapi import APIRouter, Request
+
+from localrun.errors import InvalidRequest, LocalrunError
+from localrun.native import Delta, Done, Usage
+from localrun.server import generation
+from localrun.server.errors import error_body
+from localrun.server.openai import translate as t
+from localrun.server.openai.protocol import ChatCompletionRequest, CompletionRequest, EmbeddingRequest
+from localrun.server.streaming import event_stream, sse
+
+router = APIRouter(tags=["openai"])
+
+
+def _stream_error(e: LocalrunError) -> str:
+    return sse(error_body("/v1/", e.status, e.message))
+
+
+@router.get("/v1/models")
+async def list_models(request: Request) -> dict[str, Any]:
+    models = request.app.state.store.list()
+    return {"object": "list", "data": [_model(m) for m in models]}
+
+
+@router.get("/v1/models/{model_id:path}")
+async def get_model(model_id: str, request: Request) -> dict[str, Any]:
+    return _model(request.app.state.store.resolve(model_id))
+
+
+def _model(m: Any) -> dict[str, Any]:
+    return {"id": m.name, "object": "model", "created": int(m.modified.timestamp()), "owned_by": "localrun"}
+
+
+@router.post("/v1/chat/completions")
+async def chat_completions(body: ChatCompletionRequest, request: Request) -> Any:
+    native = t.chat_request(body)
+    manager = request.app.state.manager
+    if body.stream:
+        gen = await generation.start(manager, native)
+        include_usage = bool(body.stream_options and body.stream_options.include_usage)
+        return event_stream(_chat_chunks(gen, body.model, include_usage), _stream_error)
+    result = await generation.collect(manager, native)
+    return {
+        "id": t.new_id("chatcmpl"), "object": "chat.completion", "created": t.now(), "model": body.model,
+        "choices": [_chat_choice(done, result.logprobs.get(done.index), body.logprobs) for done in result.choices],
+        "usage": t.usage(_total_usage(result)), "timings": result.timings.to_llama_server(),
+        "system_fingerprint": "localrun",
+    }
+
+
+def _chat_choice(done: Done, logprobs: Any, wanted: bool) -> dict[str, Any]:
+    message: dict[str, Any] = {"role": "assistant", "content": done.text or (None if done.tool_calls else "")}
+    if done.tool_calls:
+        message["tool_calls"] = t.tool_calls(done)
+    return {"index": done.index, "message": message,
+            "logprobs": t.chat_logprobs(logprobs or []) if wanted else None, "finish_reason": t.finish_reason(done)}
+
+
+def _total_usage(result: generation.Collected) -> Usage:
+    return Usage(result.timings.prompt_tokens, result.timings.cached_tokens, result.completion_tokens)
+
+
+def _usage_fields(last: Done, completion_tokens: int) -> dict[str, Any]:
+    """What the final chunk of a stream with include_usage carries: usage, plus llama-server timings."""
+    usage = Usage(last.timings.prompt_tokens, last.timings.cached_tokens, completion_tokens)
+    return {"usage": t.usage(usage), "timings": last.timings.to_llama_server()}
+
+
+async def _chat_chunks(gen: generation.Generation, model: str, include_usage: bool) -> AsyncIterator[str]:
+    cid, created = t.new_id("chatcmpl"), t.now()
+
+    def chunk(choices: list[dict[str, Any]], **extra: Any) -> str:
+        return sse({"id": cid, "object": "chat.completion.chunk", "created": created, "model": model,
+                    "system_fingerprint": "localrun", "choices": choices, **extra})
+
+    started: set[int] = set()
+    completion_tokens, last = 0, None
+    async for event in gen:
+        delta: dict[str, Any] = {} if event.index in started else {"role": "assistant", "content": ""}
+        started.add(event.index)
+        if isinstance(event, Delta):
+            delta["content"] = event.text
+            logprobs = t.chat_logprobs(event.logprobs) if event.logprobs else None
+            yield chunk([{"index": event.index, "delta": delta, "logprobs": logprobs, "finish_reason": None}])
+            continue
+        if event.tool_calls:
+            delta["tool_calls"] = [{"index": i, **call} for i, call in enumerate(t.tool_calls(event))]
+        completion_tokens += event.timings.generated_tokens
+        last = event
+        yield chunk([{"index": event.index, "delta": delta, "logprobs": None, "finish_reason": t.finish_reason(event)}])
+    if include_usage and last is not None:
+        yield chunk([], **_usage_fields(last, completion_tokens))
+    yield sse("[DONE]")
+
+
+@router.post("/v1/completions")
+async def completions(body: CompletionRequest, request: Request) -> Any:
+    native = t.completion_request(body)
+    manager = request.app.state.manager
+    if body.stream:
+        gen = await generation.start(manager, native)
+        include_usage = bool(body.stream_options and body.stream_options.include_usage)
+        return event_stream(_completion_chunks(gen, body, include_usage), _stream_error)
+    result = await generation.collect(manager, native)
+    prefix = native.prompt if body.echo else ""
+    choices = [{
+        "text": prefix + done.text, "index": done.index, "finish_reason": t.finish_reason(done),
+        "logprobs": t.completion_logprobs(result.logprobs.get(done.index, [])) if body.logprobs is not None else None,
+    } for done in result.choices]
+    return {"id": t.new_id("cmpl"), "object": "text_completion", "created": t.now(), "model": body.model,
+            "choices": choices, "usage": t.usage(_total_usage(result)), "timings": result.timings.to_llama_server()}
+
+
+async def _completion_chunks(gen: generation.Generation, body: CompletionRequest, include_usage: bool) -> AsyncIterator[str]:
+    cid, created = t.new_id("cmpl"), t.now()
+
+    def chunk(choices: list[dict[str, Any]], **extra: Any) -> str:
+        return sse({"id": cid, "object": "text_completion", "created": created, "model": body.model,
+                    "choices": choices, **extra})
+
+    completion_tokens, last = 0, None
+    async for event in gen:
+        if isinstance(event, Delta):
+            logprobs = t.completion_logprobs(event.logprobs) if body.logprobs is not None else None
+            yield chunk([{"text": event.text, "index": event.index, "logprobs": logprobs, "finish_reason": None}])
+            continue
+        completion_tokens += event.timings.generated_tokens
+        last = event
+        yield chunk([{"text": "", "index": event.index, "logprobs": None, "finish_reason": t.finish_reason(event)}])
+    if include_usage and last is not None:
+        yield chunk([], **_usage_fields(last, completion_tokens))
+    yield sse("[DONE]")
+
+
+@router.post("/v1/embeddings")
+async def embeddings(body: EmbeddingRequest, request: Request) -> Any:
+    inputs = [body.input] if isinstance(body.input, str) else body.input
+    if not inputs or not all(isinstance(i, str) for i in inputs):
+        raise InvalidRequest("input: send a string or a non-empty list of strings (token arrays are not supported)")
+    manager = request.app.state.manager
+    async with manager.lease(body.model) as loaded:
+        value = await loaded.runner.call("embed", inputs=inputs)
+    vectors = value["embeddings"]
+    if body.dimensions and vectors and body.dimensions != len(vectors[0]):
+        raise InvalidRequest(f"dimensions: this model's embeddings have {len(vectors[0])} dimensions")
+    return {"object": "list", "model": body.model,
+            "data": [{"object": "embedding", "index": i, "embedding": v} for i, v in enumerate(vectors)],
+            "usage": {"prompt_tokens": value["prompt_tokens"], "total_tokens": value["prompt_tokens"]}}

@@ -1,0 +1,162 @@
+"""OpenAI <-> native: requests into one GenerateRequest, events back into OpenAI's JSON shapes."""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from typing import Any
+
+from localrun.errors import InvalidRequest
+from localrun.native import Done, GenerateRequest, TokenLogprob, Usage
+from localrun.sampling import SamplingParams
+from localrun.server.openai.protocol import ChatCompletionRequest, CompletionRequest, SamplingFields
+
+
+def sampling(body: SamplingFields, max_tokens: int | None, logprobs: int | None) -> SamplingParams:
+    """Request value, then llama.cpp's default (SamplingParams' own) for everything not given."""
+    params = SamplingParams(max_tokens=max_tokens, logprobs=logprobs, seed=body.seed)
+    for name in ("temperature", "top_p", "top_k", "min_p", "typical_p", "repeat_penalty",
+                 "presence_penalty", "frequency_penalty"):
+        value = getattr(body, name)
+        if value is not None:
+            setattr(params, name, value)
+    params.stop = [body.stop] if isinstance(body.stop, str) else list(body.stop or [])
+    params.logit_bias = _logit_bias(body.logit_bias)
+    return params
+
+
+def _logit_bias(bias: dict[str, float] | None) -> dict[int, float]:
+    try:
+        return {int(token): float(value) for token, value in (bias or {}).items()}
+    except ValueError:
+        raise InvalidRequest("logit_bias keys must be token ids") from None
+
+
+def chat_request(body: ChatCompletionRequest) -> GenerateRequest:
+    max_tokens = body.max_completion_tokens if body.max_completion_tokens is not None else body.max_tokens
+    request = GenerateRequest(
+        model=body.model, messages=[normalize_message(m) for m in body.messages],
+        sampling=sampling(body, max_tokens, (body.top_logprobs or 0) if body.logprobs else None),
+        n=body.n, num_ctx=body.num_ctx, keep_alive=body.keep_alive,
+        tools=[_tool(t) for t in body.tools] if body.tools else None, tool_choice=_tool_choice(body.tool_choice),
+    )
+    fmt = body.response_format
+    if fmt is not None and fmt.type == "json_object":
+        request.json_mode = True
+    elif fmt is not None and fmt.type == "json_schema":
+        schema = (fmt.json_schema or {}).get("schema")
+        if not isinstance(schema, dict):
+            raise InvalidRequest("response_format.json_schema.schema must be a JSON schema object")
+        request.json_schema = schema
+    return request
+
+
+def completion_request(body: CompletionRequest) -> GenerateRequest:
+    if isinstance(body.prompt, list):
+        if len(body.prompt) != 1:
+            raise InvalidRequest("prompt: send one prompt per request (arrays of several prompts are not supported)")
+        prompt = body.prompt[0]
+    else:
+        prompt = body.prompt
+    return GenerateRequest(
+        model=body.model, prompt=prompt, sampling=sampling(body, body.max_tokens, body.logprobs),
+        n=body.n, echo=body.echo, num_ctx=body.num_ctx, keep_alive=body.keep_alive,
+    )
+
+
+def normalize_message(message: dict[str, Any]) -> dict[str, Any]:
+    """OpenAI message -> template-ready message: text content, tool-call arguments as objects."""
+    role = message.get("role")
+    if role not in ("system", "developer", "user", "assistant", "tool"):
+        raise InvalidRequest(f"messages: unknown role {role!r}")
+    out: dict[str, Any] = {"role": "system" if role == "developer" else role, "content": _text(message.get("content"))}
+    if message.get("tool_calls"):
+        out["tool_calls"] = [_template_call(call) for call in message["tool_calls"]]
+    for key in ("tool_call_id", "name"):
+        if message.get(key):
+            out[key] = message[key]
+    return out
+
+
+def _text(content: Any) -> str:
+    if content is None or isinstance(content, str):
+        return content or ""
+    if isinstance(content, list):
+        parts = []
+        for part in content:
+            kind = part.get("type") if isinstance(part, dict) else None
+            if kind != "text":
+                raise InvalidRequest(f"messages: content part of type {kind!r} is not supported by this model")
+            parts.append(str(part.get("text", "")))
+        return "".join(parts)
+    raise InvalidRequest("messages: content must be a string or a list of parts")
+
+
+def _template_call(call: dict[str, Any]) -> dict[str, Any]:
+    function = call.get("function") or {}
+    arguments = function.get("arguments") or "{}"
+    if isinstance(arguments, str):
+        try:
+            arguments = json.loads(arguments)
+        except json.JSONDecodeError:
+            raise InvalidRequest("tool_calls: function.arguments must be a JSON object") from None
+    return {"id": call.get("id"), "type": "function", "function": {"name": function.get("name"), "arguments": arguments}}
+
+
+def _tool(tool: dict[str, Any]) -> dict[str, Any]:
+    function = tool.get("function") if tool.get("type", "function") == "function" else None
+    if not isinstance(function, dict) or not function.get("name"):
+        raise InvalidRequest("tools: each tool must be {\"type\": \"function\", \"function\": {\"name\", ...}}")
+    return {"name": function["name"], "description": function.get("description", ""),
+            "parameters": function.get("parameters") or {"type": "object", "properties": {}}}
+
+
+def _tool_choice(choice: str | dict[str, Any] | None) -> str | dict[str, Any] | None:
+    if isinstance(choice, dict):
+        name = (choice.get("function") or {}).get("name")
+        if not name:
+            raise InvalidRequest("tool_choice: expected {\"type\": \"function\", \"function\": {\"name\": ...}}")
+        return {"name": name}
+    return choice
+
+
+# --- responses -------------------------------------------------------------------------------------
+
+def new_id(prefix: str) -> str:
+    return f"{prefix}-{uuid.uuid4().hex[:24]}"
+
+
+def now() -> int:
+    return int(time.time())
+
+
+def usage(u: Usage) -> dict[str, Any]:
+    return {"prompt_tokens": u.prompt_tokens, "completion_tokens": u.completion_tokens,
+            "total_tokens": u.total_tokens, "prompt_tokens_details": {"cached_tokens": u.cached_tokens}}
+
+
+def tool_calls(done: Done) -> list[dict[str, Any]]:
+    return [{"id": c.id, "type": "function", "function": {"name": c.name, "arguments": json.dumps(c.arguments)}}
+            for c in done.tool_calls]
+
+
+def chat_logprobs(items: list[TokenLogprob]) -> dict[str, Any]:
+    def entry(token: str, logprob: float) -> dict[str, Any]:
+        return {"token": token, "logprob": logprob, "bytes": list(token.encode())}
+
+    return {"content": [{**entry(i.token, i.logprob), "top_logprobs": [entry(t, lp) for t, lp in i.top]}
+                        for i in items]}
+
+
+def completion_logprobs(items: list[TokenLogprob], offset: int = 0) -> dict[str, Any]:
+    offsets, position = [], offset
+    for item in items:
+        offsets.append(position)
+        position += len(item.token)
+    return {"tokens": [i.token for i in items], "token_logprobs": [i.logprob for i in items],
+            "top_logprobs": [dict(i.top) for i in items], "text_offset": offsets}
+
+
+def finish_reason(done: Done) -> str:
+    return "tool_calls" if done.tool_calls else ("length" if done.finish_reason == "length" else "stop")

@@ -1,0 +1,236 @@
+"""The daemon's side of one runner child process: start it, route its events, survive its death.
+
+Each request gets an asyncio queue of protocol messages. When the child dies (kill -9, an abort in
+llama.cpp) every request in flight receives an error naming the cause (its last stderr lines), and
+`alive` turns False so the model manager starts a fresh runner on the next request.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import itertools
+import json
+import logging
+import os
+import signal
+import socket
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, AsyncIterator
+
+from localrun.errors import ModelLoadError, RunnerCrashed, error_class
+from localrun.runner.protocol import MAX_LINE, encode
+
+log = logging.getLogger("localrun.runner")
+
+STDERR_TAIL = 20
+LOAD_TIMEOUT_S = 300.0
+
+
+@dataclass(frozen=True, slots=True)
+class RunnerOptions:
+    """The runner's command-line settings (see `python -m localrun.runner --help`)."""
+
+    parallel: int = 4
+    ctx_size: int = 4096
+    batch_size: int = 512
+    threads: int | None = None
+    flash_attn: str = "auto"
+    kv_cache_type: str = "f16"
+    gpu_layers: int | None = None
+    speculative: int = 0
+
+    def argv(self) -> list[str]:
+        args = [
+            "--parallel", str(self.parallel), "--ctx-size", str(self.ctx_size), "--batch-size", str(self.batch_size),
+            "--flash-attn", self.flash_attn, "--kv-cache-type", self.kv_cache_type, "--speculative", str(self.speculative),
+        ]
+        if self.threads is not None:
+            args += ["--threads", str(self.threads)]
+        if self.gpu_layers is not None:
+            args += ["--gpu-layers", str(self.gpu_layers)]
+        return args
+
+
+class RunnerProcess:
+    """One live runner. Create with `await RunnerProcess.start(path, options)`."""
+
+    def __init__(self, proc: asyncio.subprocess.Process, reader: asyncio.StreamReader,
+                 writer: asyncio.StreamWriter, path: Path, options: RunnerOptions) -> None:
+        self.proc, self._reader, self._writer = proc, reader, writer
+        self.path, self.options = path, options
+        self.info: dict[str, Any] = {}
+        self.load_ms = 0.0
+        self._queues: dict[str, asyncio.Queue[dict[str, Any]]] = {}
+        self._ids = itertools.count()
+        self._stderr: collections.deque[str] = collections.deque(maxlen=STDERR_TAIL)
+        self._death: str | None = None
+        self._tasks: list[asyncio.Task[None]] = []
+
+    @classmethod
+    async def start(cls, path: Path, options: RunnerOptions) -> RunnerProcess:
+        parent, child = socket.socketpair()
+        started = time.perf_counter()
+        try:
+            proc = await asyncio.create_subprocess_exec(
+                sys.executable, "-m", "localrun.runner", "--model", str(path), "--fd", str(child.fileno()),
+                *options.argv(), pass_fds=(child.fileno(),), stdin=asyncio.subprocess.DEVNULL,
+                stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.PIPE, start_new_session=True,
+            )
+        finally:
+            child.close()
+        reader, writer = await asyncio.open_unix_connection(sock=parent, limit=MAX_LINE)
+        runner = cls(proc, reader, writer, path, options)
+        runner._tasks.append(asyncio.create_task(runner._read_stderr()))
+        await runner._handshake()
+        runner.load_ms = (time.perf_counter() - started) * 1000.0
+        runner._tasks.append(asyncio.create_task(runner._route()))
+        return runner
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+    @property
+    def alive(self) -> bool:
+        return self._death is None and self.proc.returncode is None
+
+    @property
+    def active(self) -> int:
+        return len(self._queues)
+
+    async def _handshake(self) -> None:
+        try:
+            line = await asyncio.wait_for(self._reader.readline(), LOAD_TIMEOUT_S)
+        except asyncio.TimeoutError:
+            await self.kill()
+            raise ModelLoadError(f"model failed to load: timed out after {LOAD_TIMEOUT_S:.0f}s") from None
+        message = json.loads(line) if line.strip() else {}
+        if message.get("type") == "ready":
+            self.info = message.get("info", {})
+            return
+        await self._wait_exit()
+        reason = message.get("message") or f"model failed to load: {self._crash_reason()}"
+        raise ModelLoadError(reason)
+
+    async def _read_stderr(self) -> None:
+        assert self.proc.stderr is not None
+        async for raw in self.proc.stderr:
+            line = raw.decode(errors="replace").rstrip()
+            if line:
+                self._stderr.append(line)
+                log.debug("runner %d: %s", self.proc.pid, line)
+
+    async def _route(self) -> None:
+        """Deliver each message to its request's queue; on EOF, fail everything in flight."""
+        while line := await self._reader.readline():
+            message = json.loads(line)
+            queue = self._queues.get(message.get("id", ""))
+            if queue is not None:
+                queue.put_nowait(message)
+        await self._wait_exit()
+        self._death = self._crash_reason()
+        log.warning("runner for %s exited: %s", self.path.name, self._death)
+        for queue in self._queues.values():
+            queue.put_nowait({"type": "error", "message": f"runner crashed: {self._death}", "error": "RunnerCrashed"})
+
+    async def _wait_exit(self) -> None:
+        try:
+            await asyncio.wait_for(self.proc.wait(), 5.0)
+        except asyncio.TimeoutError:
+            pass
+        await asyncio.sleep(0)  # let the stderr reader catch up with the last lines
+
+    def _crash_reason(self) -> str:
+        code = self.proc.returncode
+        if code is not None and code < 0:
+            status = f"killed by signal {signal.Signals(-code).name}"
+        else:
+            status = f"exit code {code}"
+        tail = " | ".join(list(self._stderr)[-3:])
+        return f"{status}" + (f": {tail}" if tail else "")
+
+    async def call(self, op: str, **fields: Any) -> dict[str, Any]:
+        """A request with one answer (tokenize, render, embed, health)."""
+        async with self._session(op, fields) as queue:
+            message = await queue.get()
+        return _result(message)
+
+    async def stream(self, op: str, **fields: Any) -> AsyncIterator[dict[str, Any]]:
+        """A generation: yield delta/done messages until every choice is done. Closing early cancels it."""
+        choices = max(1, fields.get("request", {}).get("n", 1))
+        async with self._session(op, fields) as queue:
+            rid = fields["id"]
+            done = 0
+            try:
+                while done < choices:
+                    message = await queue.get()
+                    if message["type"] == "error":
+                        _result(message)
+                    done += message["type"] == "done"
+                    yield message
+            finally:
+                if done < choices and self.alive:
+                    # No await here: this also runs when the client's task is being cancelled.
+                    self._writer.write(encode({"op": "cancel", "id": rid}))
+
+    def _session(self, op: str, fields: dict[str, Any]) -> _Session:
+        if not self.alive:
+            raise RunnerCrashed(f"runner crashed: {self._death or 'not running'}")
+        fields.setdefault("id", f"r{next(self._ids)}")
+        return _Session(self, op, fields)
+
+    async def _send(self, message: dict[str, Any]) -> None:
+        self._writer.write(encode(message))
+        await self._writer.drain()
+
+    async def close(self, timeout: float = 5.0) -> None:
+        """Ask the runner to exit; kill it if it does not."""
+        if self.proc.returncode is None:
+            try:
+                await self._send({"op": "shutdown"})
+                await asyncio.wait_for(self.proc.wait(), timeout)
+            except (asyncio.TimeoutError, ConnectionError, OSError):
+                await self.kill()
+        self._writer.close()
+        for task in self._tasks:
+            task.cancel()
+
+    async def kill(self) -> None:
+        if self.proc.returncode is None:
+            try:
+                os.kill(self.proc.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            await self.proc.wait()
+
+
+class _Session:
+    """Register a request's queue, send it, and always unregister it."""
+
+    def __init__(self, runner: RunnerProcess, op: str, fields: dict[str, Any]) -> None:
+        self.runner, self.message = runner, {"op": op, **fields}
+        self.id = fields["id"]
+
+    async def __aenter__(self) -> asyncio.Queue[dict[str, Any]]:
+        queue: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
+        self.runner._queues[self.id] = queue
+        try:
+            await self.runner._send(self.message)
+        except (ConnectionError, OSError):
+            self.runner._queues.pop(self.id, None)
+            raise RunnerCrashed(f"runner crashed: {self.runner._death or 'connection lost'}") from None
+        return queue
+
+    async def __aexit__(self, *exc: object) -> None:
+        self.runner._queues.pop(self.id, None)
+
+
+def _result(message: dict[str, Any]) -> dict[str, Any]:
+    """The value of an answer, or the error it carries raised as the matching localrun error."""
+    if message["type"] != "error":
+        return message.get("value", message)
+    raise error_class(message.get("error", ""))(message["message"])
