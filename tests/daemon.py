@@ -1,0 +1,74 @@
+"""A real daemon for tests: `python -m localrun serve` on a free loopback port, with its own home
+holding the bundled model. Session-scoped through the `daemon` fixture in conftest.py, so the
+server, OpenAI, Ollama and Anthropic tests share one process (and one loaded runner)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+
+MODEL = "smollm2"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@dataclass
+class Daemon:
+    proc: subprocess.Popen
+    home: Path
+    port: int
+    log: Path
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def env(self) -> dict[str, str]:
+        """The environment a CLI subprocess needs to talk to this daemon."""
+        return {**os.environ, "LOCALRUN_HOME": str(self.home), "LOCALRUN_HOST": f"127.0.0.1:{self.port}"}
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(20)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+
+
+def start_daemon(home: Path, extra_env: dict[str, str] | None = None, pull: bool = True) -> Daemon:
+    """Pull the bundled model into `home` (offline) and start a daemon serving it."""
+    home.mkdir(parents=True, exist_ok=True)
+    env = {**os.environ, "LOCALRUN_HOME": str(home), "LOCALRUN_KEEP_ALIVE": "-1", **(extra_env or {})}
+    if pull:
+        subprocess.run([sys.executable, "-m", "localrun", "pull", MODEL, "--quiet"], env=env, check=True,
+                       capture_output=True, timeout=120)
+    port = free_port()
+    log = home / "daemon.log"
+    proc = subprocess.Popen([sys.executable, "-m", "localrun", "serve", "--host", "127.0.0.1", "--port", str(port)],
+                            env=env, stdout=open(log, "wb"), stderr=subprocess.STDOUT)
+    daemon = Daemon(proc, home, port, log)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"daemon exited: {log.read_text()[-2000:]}")
+        try:
+            if httpx.get(f"{daemon.url}/health", timeout=1).status_code == 200:
+                return daemon
+        except httpx.HTTPError:
+            time.sleep(0.2)
+    daemon.stop()
+    raise RuntimeError(f"daemon did not become healthy: {log.read_text()[-2000:]}")
