@@ -48,8 +48,8 @@ def connect(model: str, host: Optional[str]) -> tuple[Client, str]:
 
     address = target(host)
     if address.is_loopback:
+        daemon.ensure_running(address)  # first: a taken port fails fast, before any download
         model = ensure_model(model)
-        daemon.ensure_running(address)
     return Client.from_host(address.base_url), model
 
 
