@@ -32,6 +32,10 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("LOCALRUN_MAX_LOADED_MODELS", "3", "Most models loaded at once; the least recently used idle one is evicted."),
     Setting("LOCALRUN_MEMORY_BUDGET", "0", "Memory for loaded models in bytes or with a unit (8GiB); 0 = 75% of RAM."),
     Setting("LOCALRUN_MAX_QUEUE", "64", "Requests waiting per model before new ones get 503 with Retry-After."),
+    Setting("LOCALRUN_MAX_BODY", "32MiB", "Largest request body (bytes or with a unit); bigger ones get 413."),
+    Setting("LOCALRUN_MAX_MESSAGES", "4096", "Most messages in one chat request."),
+    Setting("LOCALRUN_MAX_TOKENS", "1048576", "Largest max_tokens / num_predict a request may ask for."),
+    Setting("LOCALRUN_MAX_INPUTS", "2048", "Most inputs (embeddings, prompts, choices) in one request."),
     Setting("LOCALRUN_PARALLEL", "4", "Sequence slots per model (concurrent requests batched together)."),
     Setting("LOCALRUN_CTX_SIZE", "4096", "Context length per slot, in tokens."),
     Setting("LOCALRUN_BATCH_SIZE", "512", "Most tokens evaluated in one engine step (decode + prefill chunks)."),
@@ -73,6 +77,10 @@ class Config:
     max_loaded_models: int
     memory_budget: str
     max_queue: int
+    max_body: str
+    max_messages: int
+    max_tokens: int
+    max_inputs: int
     parallel: int
     ctx_size: int
     batch_size: int
@@ -94,6 +102,10 @@ class Config:
             max_loaded_models=_int("LOCALRUN_MAX_LOADED_MODELS"),
             memory_budget=raw("LOCALRUN_MEMORY_BUDGET"),
             max_queue=_int("LOCALRUN_MAX_QUEUE"),
+            max_body=raw("LOCALRUN_MAX_BODY"),
+            max_messages=_int("LOCALRUN_MAX_MESSAGES"),
+            max_tokens=_int("LOCALRUN_MAX_TOKENS"),
+            max_inputs=_int("LOCALRUN_MAX_INPUTS"),
             parallel=_int("LOCALRUN_PARALLEL"),
             ctx_size=_int("LOCALRUN_CTX_SIZE"),
             batch_size=_int("LOCALRUN_BATCH_SIZE"),
