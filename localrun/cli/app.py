@@ -72,7 +72,8 @@ def main() -> None:
     except Exception as e:  # click's usage errors and anything unexpected
         import click
 
-        if isinstance(e, click.ClickException):
+        # Typer >= 0.22 raises its vendored click's exceptions, which are TyperExceptions, not click's.
+        if isinstance(e, click.ClickException) or (isinstance(e, typer.TyperException) and hasattr(e, "show")):
             e.show()
             sys.exit(e.exit_code)
         if debugging():
