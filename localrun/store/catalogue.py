@@ -69,7 +69,7 @@ class Catalogue:
         """Close matches for a name nobody knows (catalogue names plus `extra`, e.g. local models)."""
         pool = sorted({*self.names(), *extra})
         text = text.lower().removesuffix(":latest")
-        close = difflib.get_close_matches(text, pool, n=3, cutoff=0.6)
+        close = difflib.get_close_matches(text, pool, n=3, cutoff=0.5)
         prefix = [p for p in pool if p.split(":")[0] == text.split(":")[0] and p not in close]
         return (close + prefix)[:4]
 

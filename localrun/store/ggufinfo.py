@@ -89,7 +89,7 @@ def _quantization(reader: Any) -> str:
 
     file_type = _scalar(reader, "general.file_type", None)
     try:
-        return gguf.LlamaFileType(file_type).name.removeprefix("MOSTLY_")
+        return gguf.LlamaFileType(file_type).name.removeprefix("MOSTLY_").removeprefix("ALL_")
     except ValueError:
         pass
     counts: dict[str, int] = {}

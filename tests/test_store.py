@@ -1,0 +1,170 @@
+"""The store without a network: local imports, --link, list/show/rm/cp, garbage collection, errors."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+
+import pytest
+
+from localrun.errors import InvalidName, ModelNotFound, NotGGUF, StoreError, UsageError
+from localrun.store import Model, ModelInfo, Store
+from tests.test_pull import assert_blobs_verified, assert_nothing_stored
+from tests.tiny_gguf import write_tiny_gguf
+
+
+@pytest.fixture
+def store(localrun_home):
+    return Store()
+
+
+@pytest.fixture
+def tiny(tmp_path):
+    return write_tiny_gguf(tmp_path / "src" / "Tiny.gguf", floats=8192, name="tiny-one", template="{{ bos }}")
+
+
+def test_default_root_follows_localrun_home(store, localrun_home):
+    assert store.layout.root == localrun_home / "models"
+
+
+def test_public_surface():
+    import localrun.store as api
+
+    assert {"Store", "Model", "ModelInfo", "PullProgress", "Policy", "parse_reference"} <= set(api.__all__)
+    assert all(hasattr(api, name) for name in api.__all__)
+
+
+def test_local_file_is_copied_into_the_store(store, tiny):
+    model = store.pull(str(tiny))
+    assert model.name == "tiny:latest" and not model.linked and model.source == f"file:{tiny}"
+    assert model.path.parent == store.layout.blobs and model.path.read_bytes() == tiny.read_bytes()
+    tiny.unlink()
+    assert store.resolve("tiny").path.is_file()  # the store's copy does not depend on the source
+
+
+def test_model_to_dict_is_json_ready(store, tiny):
+    import json
+
+    data = json.loads(json.dumps(store.pull(str(tiny)).to_dict()))
+    assert data["name"] == "tiny:latest" and data["digest"].startswith("sha256:") and data["architecture"] == "llama"
+
+
+def test_show_reads_the_gguf_facts(store, tiny):
+    store.pull(str(tiny))
+    info = store.show("tiny")
+    assert isinstance(info, ModelInfo)
+    assert (info.architecture, info.context_length, info.embedding_length) == ("llama", 256, 8)
+    assert (info.chat_template, info.license, info.quantization) == ("{{ bos }}", "apache-2.0", "F32")
+    assert info.special_tokens == {"bos": "<s>", "eos": "</s>"}
+    assert info.metadata["general.name"] == "tiny-one" and info.to_dict()["parameters"] == 8192
+
+
+def test_link_uses_the_file_in_place_and_detects_changes(store, tiny):
+    model = store.pull(str(tiny), link=True)
+    assert model.linked and model.path == tiny and not list(store.layout.blob_digests())
+    assert store.resolve("tiny").path == tiny
+    os.utime(tiny, ns=(1, 1))  # same bytes, different mtime: re-check fails
+    with pytest.raises(StoreError, match="changed since it was pulled"):
+        store.resolve("tiny")
+    store.pull(str(tiny), link=True)  # re-link accepts it again
+    with open(tiny, "ab") as f:
+        f.write(b"\0" * 32)
+    with pytest.raises(StoreError, match="changed since it was pulled"):
+        store.resolve("tiny")
+    store.remove("tiny")
+    assert tiny.exists()  # removing a linked model never deletes the user's file
+
+
+def test_link_needs_a_local_file(store):
+    with pytest.raises(UsageError, match="--link"):
+        store.pull("smollm2", link=True)
+
+
+def test_a_non_gguf_local_file_is_refused(store, tmp_path):
+    fake = tmp_path / "fake.gguf"
+    fake.write_text("<html>not a model</html>" * 10)
+    with pytest.raises(NotGGUF):
+        store.pull(str(fake))
+    truncated = tmp_path / "cut.gguf"
+    truncated.write_bytes(write_tiny_gguf(tmp_path / "whole.gguf").read_bytes()[:200])
+    with pytest.raises(NotGGUF):
+        store.pull(str(truncated))
+    assert_nothing_stored(store)
+
+
+def test_missing_local_file(store, tmp_path):
+    with pytest.raises(ModelNotFound, match="no such file"):
+        store.pull(str(tmp_path / "nope.gguf"))
+
+
+def test_rm_collects_unreferenced_blobs_only(store, tmp_path):
+    a = store.pull(str(write_tiny_gguf(tmp_path / "a.gguf", seed=1)))
+    b = store.pull(str(write_tiny_gguf(tmp_path / "b.gguf", seed=2)))
+    c = store.copy("a", "c:v2")
+    assert c.digest == a.digest and c.path == a.path and c.name == "c:v2"
+    assert [m.name for m in store.list()] == ["a:latest", "b:latest", "c:v2"]
+    store.remove("a")
+    assert a.path.exists()  # still referenced by c:v2
+    store.remove("c:v2")
+    assert not a.path.exists() and b.path.exists()
+    assert [m.name for m in store.list()] == ["b:latest"]
+    assert not (store.layout.manifests / "c").exists()  # empty manifest directories are pruned
+    assert_blobs_verified(store)
+
+
+def test_unknown_names_get_suggestions(store, tiny):
+    store.pull(str(tiny))
+    with pytest.raises(ModelNotFound, match=r"run `localrun pull tyni`.*tiny"):
+        store.resolve("tyni")
+    with pytest.raises(ModelNotFound, match="not in the catalogue; did you mean.*smollm2"):
+        store.pull("smollm3")
+    with pytest.raises(ModelNotFound):
+        store.remove("nothing")
+    with pytest.raises(InvalidName):
+        store.copy("tiny", "../escape")
+
+
+def test_an_alias_resolves_to_its_catalogue_name(store, smollm2_path):
+    store.pull("smollm2")
+    for ref in ("smollm2", "smollm2:135m", "smollm"):
+        assert store.resolve(ref).name == "smollm2:135m"
+    assert store.resolve("smollm2").path.read_bytes() == smollm2_path.read_bytes()
+
+
+def test_list_ignores_temp_files_and_a_missing_blob_is_reported(store, tiny):
+    model = store.pull(str(tiny))
+    (store.layout.manifests / "tiny" / ".latest.12345.tmp").write_text("{half a manifest")
+    assert [m.name for m in store.list()] == ["tiny:latest"]
+    model.path.unlink()
+    with pytest.raises(StoreError, match="is missing"):
+        store.resolve("tiny")
+    assert store.pull(str(tiny)).path.is_file()  # pulling again repairs it
+
+
+def test_corrupt_manifest_is_one_line(store, tiny):
+    store.pull(str(tiny))
+    (store.layout.manifests / "tiny" / "latest").write_text("not json")
+    with pytest.raises(StoreError, match="corrupt manifest"):
+        store.resolve("tiny")
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root ignores file permissions")
+def test_permission_denied_is_a_store_error(tmp_path, tiny):
+    root = tmp_path / "ro"
+    root.mkdir(mode=0o500)
+    with pytest.raises(StoreError, match="permission denied"):
+        Store(root).pull(str(tiny))
+
+
+def test_an_unwritable_root_is_a_store_error(tmp_path, tiny):
+    blocker = tmp_path / "file"
+    blocker.write_text("a file where the store should be")
+    with pytest.raises(StoreError):
+        Store(blocker / "models").pull(str(tiny))
+
+
+def test_model_fields(store, tiny):
+    model = store.pull(str(tiny))
+    assert isinstance(model, Model)
+    assert model.digest == "sha256:" + hashlib.sha256(tiny.read_bytes()).hexdigest()
+    assert model.short_id == model.digest[7:19] and model.modified.tzinfo is not None

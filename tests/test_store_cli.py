@@ -1,0 +1,140 @@
+"""`localrun pull/list/show/rm/cp` through the real entry point: output, exit codes, error lines,
+and real processes: a pull killed with SIGKILL resumes, two pulls at once download once."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from localrun.cli import main
+from tests.fileserver import FileServer
+from tests.tiny_gguf import write_tiny_gguf
+
+
+def run(capsys, monkeypatch, *args: str) -> tuple[int, str, str]:
+    """Run the CLI in-process through `main()` (the real error boundary); returns (code, stdout, stderr)."""
+    monkeypatch.setattr(sys, "argv", ["localrun", *args])
+    with pytest.raises(SystemExit) as exit_info:
+        main()
+    out, err = capsys.readouterr()
+    return exit_info.value.code, out, err
+
+
+def localrun(*args: str, **kwargs) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-m", "localrun", *args], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, **kwargs)
+
+
+@pytest.fixture
+def tiny(tmp_path):
+    return write_tiny_gguf(tmp_path / "Tiny.gguf", floats=8192)
+
+
+@pytest.fixture
+def server():
+    with FileServer() as s:
+        yield s
+
+
+def test_pull_on_a_pipe_prints_only_the_final_line(tiny):
+    proc = localrun("pull", str(tiny))
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 0, err
+    assert out.startswith("pulled tiny:latest (") and out.count("\n") == 1
+    assert "\x1b" not in out + err and err == ""
+
+
+def test_pull_json_lines(capsys, monkeypatch, tiny):
+    code, out, err = run(capsys, monkeypatch, "pull", str(tiny), "--json")
+    events = [json.loads(line) for line in out.splitlines()]
+    assert code == 0 and err == ""
+    assert events[0] == {"status": "pulling manifest"} and events[-1]["status"] == "success"
+    assert events[-1]["model"]["name"] == "tiny:latest"
+    assert {"verifying sha256 digest", "writing manifest"} <= {e["status"] for e in events}
+
+
+def test_list_show_cp_rm(capsys, monkeypatch, tiny):
+    run(capsys, monkeypatch, "pull", str(tiny), "--quiet")
+    code, out, _ = run(capsys, monkeypatch, "cp", "tiny", "copy:v1")
+    assert (code, out) == (0, "copied tiny to copy:v1\n")
+    code, out, _ = run(capsys, monkeypatch, "list")
+    header, *rows = out.splitlines()
+    assert header.split() == ["NAME", "ID", "SIZE", "QUANT", "PARAMS", "MODIFIED"]
+    assert [r.split()[0] for r in rows] == ["copy:v1", "tiny:latest"] and "F32" in rows[0]
+    code, out, _ = run(capsys, monkeypatch, "list", "--json")
+    assert [m["name"] for m in json.loads(out)] == ["copy:v1", "tiny:latest"]
+    code, out, _ = run(capsys, monkeypatch, "show", "tiny")
+    assert "architecture      llama" in out and "context length    256" in out and "'<s>'" in out
+    assert run(capsys, monkeypatch, "show", "tiny", "--template")[1] == "{{ messages }}\n"
+    assert run(capsys, monkeypatch, "show", "tiny", "--license")[1] == "apache-2.0\n"
+    assert "general.name = 'tiny'" in run(capsys, monkeypatch, "show", "tiny", "--metadata")[1]
+    shown = json.loads(run(capsys, monkeypatch, "show", "tiny", "--json")[1])
+    assert shown["embedding_length"] == 8 and shown["special_tokens"]["eos"] == "</s>"
+    code, out, _ = run(capsys, monkeypatch, "rm", "tiny", "copy:v1")
+    assert (code, out) == (0, "deleted tiny\ndeleted copy:v1\n")
+    assert run(capsys, monkeypatch, "list")[1].split() == header.split()  # only the header is left
+
+
+@pytest.mark.parametrize("args,code,pattern", [
+    (["pull", "smollm3"], 1, "error: model 'smollm3' is not in the catalogue; did you mean smollm"),
+    (["show", "tiny"], 1, "error: model 'tiny' is not pulled: run `localrun pull tiny`"),
+    (["rm", "nothing"], 1, "error: model 'nothing' is not pulled"),
+    (["pull", "bad:name:here"], 2, "error: invalid model name"),
+    (["pull", "smollm2", "--link"], 2, "error: --link works only with a local file"),
+    (["cp", "nothing", "x"], 1, "error: model 'nothing' is not pulled"),
+])
+def test_errors_are_one_line(capsys, monkeypatch, args, code, pattern):
+    got, out, err = run(capsys, monkeypatch, *args)
+    assert got == code and out == ""
+    assert err.startswith(pattern) and err.count("\n") == 1, err
+
+
+def test_download_errors_are_one_line(capsys, monkeypatch, server, tiny, tmp_path):
+    good = server.add("/ok.gguf", tiny.read_bytes(), etag=True)
+    server.fault("/ok.gguf", corrupt=True)
+    html = server.add("/page.gguf", tiny.read_bytes())
+    server.fault("/page.gguf", html=True)
+    cases = [(server.url("/missing.gguf"), "not found (HTTP 404)"), (good, "checksum mismatch"),
+             (html, "not a GGUF file"), (str(tmp_path / "none.gguf"), "no such file")]
+    for ref, message in cases:
+        code, out, err = run(capsys, monkeypatch, "pull", ref, "--quiet")
+        assert code == 1 and out == "" and err.startswith("error: ") and message in err and err.count("\n") == 1
+
+
+def test_sigkill_mid_download_then_pull_again_resumes(server, tmp_path, localrun_home):
+    data = write_tiny_gguf(tmp_path / "Big.gguf", floats=4 << 20).read_bytes()  # 16 MiB, 1 MiB per 0.1 s
+    url = server.add("/Big.gguf", data)
+    server.fault("/Big.gguf", slow=0.1)
+    proc = localrun("pull", url)
+    partials = localrun_home / "models" / "partial"
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline and sum(p.stat().st_size for p in partials.glob("*.partial")) < 3 << 20:
+        time.sleep(0.05)
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait(10)
+    (partial,) = partials.glob("*.partial")
+    kept = partial.stat().st_size
+    assert 0 < kept < len(data) and not list((localrun_home / "models").glob("blobs/*"))
+    again = localrun("pull", url)
+    out, err = again.communicate(timeout=60)
+    assert again.returncode == 0, err
+    first, second = server.body_requests("/Big.gguf")
+    assert (second.range_start, second.sent) == (kept, len(data) - kept)
+    blob, = (localrun_home / "models" / "blobs").iterdir()
+    assert blob.read_bytes() == data
+
+
+def test_two_cli_pulls_at_once_download_once(server, tiny):
+    url = server.add("/t.gguf", tiny.read_bytes())
+    server.fault("/t.gguf", slow=1.0)
+    procs = [localrun("pull", url) for _ in range(2)]
+    results = [p.communicate(timeout=60) for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], results
+    assert len(server.body_requests("/t.gguf")) == 1
+    assert all(out.startswith("pulled t:latest") for out, _ in results)
