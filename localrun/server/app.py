@@ -10,7 +10,7 @@ from fastapi import FastAPI
 
 from localrun import __version__
 from localrun.config import Config
-from localrun.server import errors
+from localrun.server import errors, metrics, security
 from localrun.server.manager import ModelManager
 
 
@@ -31,6 +31,8 @@ def create_app(config: Config | None = None, store: Any = None, manager: ModelMa
                   description="Local LLM runner: OpenAI-, Ollama- and Anthropic-compatible APIs.")
     app.state.config, app.state.store, app.state.manager = config, store, manager
     errors.install(app)
+    security.install(app, config)
+    app.add_middleware(metrics.RequestCounter)  # outermost: refused requests are counted too
 
     @app.get("/health", tags=["system"])
     async def health() -> dict[str, Any]:
@@ -38,7 +40,10 @@ def create_app(config: Config | None = None, store: Any = None, manager: ModelMa
 
     from localrun.server.ollama.routes import router as ollama
     from localrun.server.openai.routes import router as openai
+    from localrun.server.tokens import router as tokens
 
+    app.include_router(metrics.router)
     app.include_router(openai)
     app.include_router(ollama)
+    app.include_router(tokens)
     return app

@@ -1,0 +1,36 @@
+"""Tokenizer routes (a localrun extension, shaped like llama-server's /tokenize and /detokenize,
+with a `model` field since the daemon serves several)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import APIRouter, Request
+from pydantic import BaseModel, ConfigDict, Field
+
+router = APIRouter(tags=["tokens"])
+
+
+class TokenizeRequest(BaseModel):
+    model_config = ConfigDict(extra="allow")
+    model: str = Field(min_length=1)
+    text: str
+    add_special: bool = False
+
+
+class DetokenizeRequest(BaseModel):
+    model_config = ConfigDict(extra="allow")
+    model: str = Field(min_length=1)
+    tokens: list[int]
+
+
+@router.post("/api/tokenize")
+async def tokenize(body: TokenizeRequest, request: Request) -> dict[str, Any]:
+    async with request.app.state.manager.lease(body.model) as loaded:
+        return await loaded.runner.call("tokenize", text=body.text, special=body.add_special)
+
+
+@router.post("/api/detokenize")
+async def detokenize(body: DetokenizeRequest, request: Request) -> dict[str, Any]:
+    async with request.app.state.manager.lease(body.model) as loaded:
+        return await loaded.runner.call("detokenize", tokens=body.tokens)
