@@ -16,6 +16,7 @@ from typing import Any, AsyncIterator
 
 from localrun.native import Delta, Done, Event, GenerateRequest, Timings, TokenLogprob, ToolCall
 from localrun.server.manager import ModelManager
+from localrun.server.metrics import Observer
 
 
 @dataclass(slots=True)
@@ -41,14 +42,17 @@ async def start(manager: ModelManager, request: GenerateRequest) -> Generation:
     except BaseException:
         await stack.aclose()
         raise
-    return Generation(accepted["prompt_tokens"], _events(stack, stream, load_ms))
+    observer = Observer(loaded.model.name, started, accepted["prompt_tokens"])
+    return Generation(accepted["prompt_tokens"], _events(stack, stream, load_ms, observer))
 
 
 async def _events(stack: contextlib.AsyncExitStack, stream: AsyncIterator[dict[str, Any]],
-                  load_ms: float) -> AsyncIterator[Event]:
+                  load_ms: float, observer: Observer) -> AsyncIterator[Event]:
     async with stack:
         async for message in stream:
-            yield _event(message, load_ms)
+            event = _event(message, load_ms)
+            observer.see(event)  # the one place tokens, TTFT and speed are counted, for every dialect
+            yield event
 
 
 def _event(message: dict[str, Any], load_ms: float) -> Event:

@@ -1,0 +1,264 @@
+"""Access control and request limits: ASGI middleware in front of every route.
+
+From the outside in (see `install`):
+
+    OriginGuard   bound to loopback, a Host header that is not a loopback name is refused (403):
+                  a DNS-rebinding page reaches 127.0.0.1 under its own name. A browser's Origin
+                  must be allowed, or the request is refused (403) before it can do anything.
+    CORS          Starlette's CORSMiddleware: loopback origins plus LOCALRUN_ORIGINS; answers
+                  preflights (which carry no key, so it sits outside the key check).
+    KeyGuard      with LOCALRUN_API_KEY set, every route but /health needs `Authorization: Bearer`
+                  or `x-api-key`, compared in constant time against every key (401).
+    BodyLimits    the body is read once, before any route parses it: size (413), JSON nesting
+                  depth, and the counts a request may ask for (messages, inputs, max tokens) (400).
+
+Every refusal is a JSON error in the dialect of the path (server/errors.py).
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import hmac
+import ipaddress
+import json
+import re
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import urlsplit
+
+from starlette.middleware.cors import CORSMiddleware
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from localrun.config import Config
+from localrun.errors import UsageError
+from localrun.server.errors import error_response
+from localrun.server.memory import parse_size
+
+OPEN_PATHS = frozenset({"/health"})
+MAX_JSON_DEPTH = 64
+LOOPBACK_ORIGIN = r"https?://(localhost|127(\.\d{1,3}){3}|\[::1\])(:\d{1,5})?"
+_STRING = re.compile(rb'"(?:[^"\\]|\\.)*"', re.DOTALL)
+_BRACKET = re.compile(rb"[\[\]{}]")
+_MAX_TOKEN_FIELDS = ("max_tokens", "max_completion_tokens", "num_predict")
+_INPUT_FIELDS = ("input", "prompt", "inputs")
+
+
+# --- pure decisions --------------------------------------------------------------------------
+
+
+def split_host(value: str) -> str:
+    """The host name of a Host header or bind address: "[::1]:80" -> "::1", "localhost:11435" -> "localhost"."""
+    value = value.strip().lower()
+    if "://" in value:
+        return urlsplit(value).hostname or ""
+    if value.startswith("["):
+        return value[1:value.find("]")] if "]" in value else value[1:]
+    return value.rsplit(":", 1)[0] if value.count(":") == 1 else value
+
+
+def is_loopback(host: str) -> bool:
+    """localhost, 127.0.0.0/8 or ::1 (a bare host name, as `split_host` returns it)."""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def origin_pattern(extra: tuple[str, ...]) -> str:
+    """One regex for every allowed Origin: loopback ones, plus LOCALRUN_ORIGINS (globs, `*` allowed)."""
+    globs = [fnmatch.translate(o.rstrip("/")).removeprefix("(?s:").removesuffix(")\\Z") for o in extra]
+    return "|".join([LOOPBACK_ORIGIN, *globs])
+
+
+def key_matches(presented: str, keys: tuple[str, ...]) -> bool:
+    """Constant time over every key, so timing tells neither which key nor how much matched."""
+    found = False
+    for key in keys:
+        found |= hmac.compare_digest(presented.encode(), key.encode())
+    return found
+
+
+def presented_key(headers: dict[bytes, bytes]) -> str:
+    auth = headers.get(b"authorization", b"").decode("latin-1").strip()
+    if auth[:7].lower() == "bearer ":
+        return auth[7:].strip()
+    return headers.get(b"x-api-key", b"").decode("latin-1").strip()
+
+
+def json_depth(body: bytes) -> int:
+    """The deepest nesting of arrays and objects, found without parsing (strings are skipped first)."""
+    depth = deepest = 0
+    for bracket in _BRACKET.findall(_STRING.sub(b"", body)):
+        depth += 1 if bracket in b"[{" else -1
+        deepest = max(deepest, depth)
+    return deepest
+
+
+@dataclass(frozen=True, slots=True)
+class Limits:
+    max_body: int
+    max_messages: int
+    max_tokens: int
+    max_inputs: int
+    max_depth: int = MAX_JSON_DEPTH
+
+    @classmethod
+    def from_config(cls, config: Config) -> Limits:
+        return cls(parse_size(config.max_body), config.max_messages, config.max_tokens, config.max_inputs)
+
+    def check(self, data: Any) -> str | None:
+        """Why a parsed request body is refused, or None. Field names cover every dialect."""
+        if not isinstance(data, dict):
+            return None
+        messages = data.get("messages")
+        if isinstance(messages, list) and len(messages) > self.max_messages:
+            return f"messages: at most {self.max_messages} per request (LOCALRUN_MAX_MESSAGES)"
+        for name in _INPUT_FIELDS:
+            value = data.get(name)
+            if isinstance(value, list) and len(value) > self.max_inputs:
+                return f"{name}: at most {self.max_inputs} inputs per request (LOCALRUN_MAX_INPUTS)"
+        n = data.get("n")
+        if isinstance(n, int) and n > self.max_inputs:
+            return f"n: at most {self.max_inputs} choices per request (LOCALRUN_MAX_INPUTS)"
+        options = data.get("options")
+        for source in (data, options if isinstance(options, dict) else {}):
+            for name in _MAX_TOKEN_FIELDS:
+                value = source.get(name)
+                if isinstance(value, (int, float)) and not isinstance(value, bool) and value > self.max_tokens:
+                    return f"{name}: at most {self.max_tokens} tokens (LOCALRUN_MAX_TOKENS)"
+        return None
+
+
+def check_bind(host: str, config: Config, insecure: bool) -> None:
+    """Refuse to serve a non-loopback address without an API key, unless the user insists."""
+    if is_loopback(split_host(host)) or config.api_keys or insecure:
+        return
+    raise UsageError(f"refusing to listen on {host} without an API key: anyone who can reach it could use it; "
+                     f"set LOCALRUN_API_KEY, or pass --insecure to `localrun serve` to allow it anyway")
+
+
+# --- middleware ------------------------------------------------------------------------------
+
+
+def _headers(scope: Scope) -> dict[bytes, bytes]:
+    return {k.lower(): v for k, v in scope.get("headers", [])}
+
+
+class OriginGuard:
+    def __init__(self, app: ASGIApp, loopback_bind: bool, origins: re.Pattern[str]) -> None:
+        self.app, self.loopback_bind, self.origins = app, loopback_bind, origins
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http":
+            refusal = self.refusal(_headers(scope))
+            if refusal:
+                return await error_response(scope["path"], 403, refusal)(scope, receive, send)
+        await self.app(scope, receive, send)
+
+    def refusal(self, headers: dict[bytes, bytes]) -> str | None:
+        host = headers.get(b"host", b"").decode("latin-1")
+        if self.loopback_bind and host and not is_loopback(split_host(host)):
+            return (f"host {host!r} is not a loopback name; this daemon listens on loopback only "
+                    f"(requests from other names are refused against DNS rebinding)")
+        origin = headers.get(b"origin", b"").decode("latin-1")
+        if origin and not self.origins.fullmatch(origin):
+            return f"origin {origin!r} is not allowed; add it to LOCALRUN_ORIGINS"
+        return None
+
+
+class KeyGuard:
+    def __init__(self, app: ASGIApp, keys: tuple[str, ...]) -> None:
+        self.app, self.keys = app, keys
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http" and self.keys and scope["path"] not in OPEN_PATHS:
+            if not key_matches(presented_key(_headers(scope)), self.keys):
+                response = error_response(scope["path"], 401, "missing or invalid API key: send it as "
+                                          "`Authorization: Bearer KEY` or `x-api-key: KEY`",
+                                          {"WWW-Authenticate": "Bearer"})
+                return await response(scope, receive, send)
+        await self.app(scope, receive, send)
+
+
+class BodyLimits:
+    def __init__(self, app: ASGIApp, limits: Limits) -> None:
+        self.app, self.limits = app, limits
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or scope["method"] in ("GET", "HEAD", "OPTIONS"):
+            return await self.app(scope, receive, send)
+        path = scope["path"]
+        declared = _headers(scope).get(b"content-length", b"0")
+        if declared.isdigit() and int(declared) > self.limits.max_body:
+            return await self._too_large(scope, receive, send)
+        body = await self._read(receive)
+        if body is None:
+            return await self._too_large(scope, receive, send)
+        refusal = self._refusal(body)
+        if refusal:
+            return await error_response(path, 400, refusal)(scope, receive, send)
+        await self.app(scope, _replay(body, receive), send)
+
+    async def _too_large(self, scope: Scope, receive: Receive, send: Send) -> None:
+        message = f"request body larger than {self.limits.max_body} bytes (LOCALRUN_MAX_BODY)"
+        await error_response(scope["path"], 413, message, {"Connection": "close"})(scope, receive, send)
+
+    async def _read(self, receive: Receive) -> bytes | None:
+        """The whole body, or None as soon as it passes the size limit."""
+        chunks, size = [], 0
+        while True:
+            message = await receive()
+            if message["type"] == "http.disconnect":
+                break
+            chunk = message.get("body", b"")
+            size += len(chunk)
+            if size > self.limits.max_body:
+                return None
+            chunks.append(chunk)
+            if not message.get("more_body"):
+                break
+        return b"".join(chunks)
+
+    def _refusal(self, body: bytes) -> str | None:
+        if not body.lstrip()[:1] in (b"{", b"["):
+            return None
+        depth = json_depth(body)
+        if depth > self.limits.max_depth:
+            return f"JSON nested {depth} levels deep; at most {self.limits.max_depth} are accepted"
+        try:
+            data = json.loads(body)
+        except ValueError:
+            return None  # the route's own parser reports malformed JSON in its dialect
+        return self.limits.check(data)
+
+
+def _replay(body: bytes, receive: Receive) -> Receive:
+    """A receive that hands the app the body already read, then the client's later messages (disconnect)."""
+    sent = False
+
+    async def replay() -> Message:
+        nonlocal sent
+        if not sent:
+            sent = True
+            return {"type": "http.request", "body": body, "more_body": False}
+        return await receive()
+
+    return replay
+
+
+def install(app: Any, config: Config) -> None:
+    """Add the guards to `app`; `config.host` must be the address the daemon is bound to."""
+    origins = origin_pattern(config.origins)
+    # Starlette runs the last added middleware first: add from the inside out.
+    app.add_middleware(BodyLimits, limits=Limits.from_config(config))
+    app.add_middleware(KeyGuard, keys=config.api_keys)
+    app.add_middleware(CORSMiddleware, allow_origin_regex=origins, allow_methods=["*"], allow_headers=["*"],
+                       expose_headers=["Retry-After"], max_age=600)
+    app.add_middleware(OriginGuard, loopback_bind=is_loopback(split_host(config.host)),
+                       origins=re.compile(origins))
+
+
+__all__ = ["BodyLimits", "KeyGuard", "Limits", "OriginGuard", "check_bind", "install", "is_loopback",
+           "json_depth", "key_matches", "origin_pattern", "split_host"]
