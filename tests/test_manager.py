@@ -1,0 +1,174 @@
+"""The model manager's scheduling decisions, with a stand-in runner factory and store: which
+runner serves, when a request is refused, what is evicted and when keep-alive unloads."""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+import pytest
+
+from localrun.config import Config
+from localrun.errors import ModelNotFound, Overloaded
+from localrun.server.manager import ModelManager
+from localrun.server.memory import kv_bytes_per_token, parse_size
+
+
+@dataclass
+class StubModel:
+    name: str
+    digest: str
+    path: Path
+    size: int = 1000
+
+
+@dataclass
+class StubStore:
+    models: dict[str, StubModel] = field(default_factory=dict)
+
+    def resolve(self, name: str) -> StubModel:
+        if name not in self.models:
+            raise ModelNotFound(name)
+        return self.models[name]
+
+    def show(self, name: str):
+        return type("Info", (), {"metadata": {}})()
+
+
+class StubRunner:
+    def __init__(self, path, options) -> None:
+        self.path, self.options, self.info = path, options, {}
+        self.alive, self.closed = True, False
+
+    async def close(self) -> None:
+        self.closed, self.alive = True, False
+
+
+def manager(**overrides) -> tuple[ModelManager, list[StubRunner]]:
+    settings = dict(keep_alive="5m", max_loaded_models=2, memory_budget="1GiB", max_queue=1, parallel=1,
+                    ctx_size=512)
+    settings.update(overrides)
+    store = StubStore({n: StubModel(n, f"sha256:{n}", Path(n)) for n in ("a", "b", "c")})
+    spawned: list[StubRunner] = []
+
+    async def spawn(path, options):
+        spawned.append(StubRunner(path, options))
+        return spawned[-1]
+
+    return ModelManager(replace(Config.from_env(), **settings), store, spawn), spawned
+
+
+def run(coro):
+    return asyncio.run(coro)
+
+
+def test_one_runner_per_model_reused_across_requests():
+    async def main():
+        m, spawned = manager()
+        async with m.lease("a"):
+            pass
+        async with m.lease("a"):
+            pass
+        assert len(spawned) == 1 and [x.model.name for x in m.running()] == ["a"]
+        await m.close()
+    run(main())
+
+
+def test_full_queue_is_refused_at_once_and_admits_again_after():
+    async def main():
+        m, _ = manager(parallel=1, max_queue=1)
+        async with m.lease("a"), m.lease("a"):  # one running + one queued = capacity
+            with pytest.raises(Overloaded) as e:
+                async with m.lease("a"):
+                    pass
+            assert e.value.retry_after >= 1
+        async with m.lease("a"):
+            pass
+        await m.close()
+    run(main())
+
+
+def test_least_recently_used_idle_model_is_evicted_at_the_count_limit():
+    async def main():
+        m, spawned = manager(max_loaded_models=2)
+        for name in ("a", "b", "a", "c"):
+            async with m.lease(name):
+                pass
+        assert sorted(x.model.name for x in m.running()) == ["a", "c"]
+        assert spawned[1].closed  # b was least recently used
+        await m.close()
+    run(main())
+
+
+def test_busy_models_are_never_evicted():
+    async def main():
+        m, _ = manager(max_loaded_models=1)
+        async with m.lease("a"):
+            with pytest.raises(Overloaded, match="busy"):
+                async with m.lease("b"):
+                    pass
+        await m.close()
+    run(main())
+
+
+def test_keep_alive_zero_unloads_after_the_request_and_negative_keeps_forever():
+    async def main():
+        m, spawned = manager()
+        async with m.lease("a", keep_alive=0):
+            pass
+        await asyncio.sleep(0.05)
+        assert spawned[0].closed and not m.loaded
+        async with m.lease("b", keep_alive=-1):
+            pass
+        assert m.running()[0].expires_at is None
+        await m.close()
+    run(main())
+
+
+def test_keep_alive_expiry_unloads_idle_models(monkeypatch):
+    monkeypatch.setattr("localrun.server.manager.REAP_INTERVAL_S", 0.05)
+
+    async def main():
+        m, spawned = manager()
+        async with m.lease("a", keep_alive="100ms"):
+            pass
+        assert m.loaded
+        await asyncio.sleep(0.4)
+        assert not m.loaded and spawned[0].closed
+    run(main())
+
+
+def test_new_context_size_reloads_an_idle_model_and_a_dead_runner_is_replaced():
+    async def main():
+        m, spawned = manager()
+        async with m.lease("a"):
+            pass
+        async with m.lease("a", num_ctx=2048):
+            pass
+        assert len(spawned) == 2 and spawned[1].options.ctx_size == 2048
+        spawned[1].alive = False
+        async with m.lease("a"):
+            pass
+        assert len(spawned) == 3
+        await m.close()
+    run(main())
+
+
+def test_memory_budget_evicts_to_fit():
+    async def main():
+        m, spawned = manager(memory_budget="1500", max_loaded_models=5)
+        for name in ("a", "b"):
+            async with m.lease(name):
+                pass
+        assert [x.model.name for x in m.running()] == ["b"] and spawned[0].closed
+        await m.close()
+    run(main())
+
+
+def test_kv_cache_estimate_from_gguf_metadata():
+    meta = {"general.architecture": "llama", "llama.block_count": 30, "llama.embedding_length": 576,
+            "llama.attention.head_count": 9, "llama.attention.head_count_kv": 3}
+    assert kv_bytes_per_token(meta) == 30 * 3 * (64 + 64) * 2
+    assert kv_bytes_per_token(meta, "q8_0") < kv_bytes_per_token(meta)
+    assert parse_size("8GiB") == 8 * 2**30 and parse_size("512MB") == 512 * 10**6

@@ -1,0 +1,113 @@
+"""The runner child process through the daemon's side of its protocol: generation, crash
+reporting and load errors, on the real model."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import subprocess
+import sys
+
+import pytest
+
+from localrun.errors import ContextOverflow, ModelLoadError, RunnerCrashed
+from localrun.native import GenerateRequest
+from localrun.sampling import SamplingParams
+from localrun.server.runner_process import RunnerOptions, RunnerProcess
+
+OPTIONS = RunnerOptions(parallel=2, ctx_size=512)
+
+
+def request(prompt: str, max_tokens: int = 8, **kw) -> dict:
+    return GenerateRequest(model="m", prompt=prompt, sampling=SamplingParams(temperature=0, max_tokens=max_tokens),
+                           **kw).to_dict()
+
+
+async def generate(runner: RunnerProcess, prompt: str, max_tokens: int = 8) -> tuple[str, dict]:
+    text, done = [], {}
+    async for message in runner.stream("generate", request=request(prompt, max_tokens)):
+        if message["type"] == "delta":
+            text.append(message["text"])
+        elif message["type"] == "done":
+            done = message
+    return "".join(text), done
+
+
+def test_generates_tokenizes_and_reports_info(smollm2_path):
+    async def main() -> None:
+        runner = await RunnerProcess.start(smollm2_path, OPTIONS)
+        try:
+            assert runner.info["parallel"] == 2 and runner.info["ctx_size"] == 512
+            text, done = await generate(runner, "The capital of France is")
+            assert text and done["finish_reason"] == "length" and done["text"] == text
+            assert done["timings"]["generated_tokens"] == 8
+            tokens = (await runner.call("tokenize", text="hello world", special=False))["tokens"]
+            assert (await runner.call("detokenize", tokens=tokens))["text"] == "hello world"
+            with pytest.raises(ContextOverflow):
+                await generate(runner, "word " * 1000)
+            assert runner.alive  # a refused request does not hurt the runner
+        finally:
+            await runner.close()
+        assert runner.proc.returncode == 0
+
+    asyncio.run(main())
+
+
+def test_cancel_by_closing_the_stream_frees_the_slot(smollm2_path):
+    async def main() -> None:
+        runner = await RunnerProcess.start(smollm2_path, RunnerOptions(parallel=1, ctx_size=512))
+        try:
+            stream = runner.stream("generate", request=request("Tell a long story.", max_tokens=400))
+            async for message in stream:
+                if message["type"] == "delta":
+                    break
+            await stream.aclose()
+            text, done = await asyncio.wait_for(generate(runner, "Hi", 4), 30)  # the only slot is free again
+            assert done["timings"]["generated_tokens"] == 4
+        finally:
+            await runner.close()
+
+    asyncio.run(main())
+
+
+def test_sigkill_mid_stream_gives_every_request_the_reason(smollm2_path):
+    async def main() -> None:
+        runner = await RunnerProcess.start(smollm2_path, OPTIONS)
+
+        async def consume() -> None:
+            await generate(runner, "Tell a long story about the sea.", max_tokens=400)
+
+        tasks = [asyncio.create_task(consume()) for _ in range(2)]
+        await asyncio.sleep(0.5)
+        os.kill(runner.pid, signal.SIGKILL)
+        results = await asyncio.gather(*tasks, return_exceptions=True)
+        for result in results:
+            assert isinstance(result, RunnerCrashed), result
+            assert "SIGKILL" in result.message
+        assert not runner.alive
+        with pytest.raises(RunnerCrashed):
+            await generate(runner, "again")
+
+    asyncio.run(main())
+
+
+@pytest.mark.parametrize("content", [b"GGUF" + b"\x03\x00\x00\x00" + b"\xff" * 64, b"<html>not a model</html>"])
+def test_a_file_llama_cannot_load_is_a_load_error(tmp_path, content):
+    path = tmp_path / "broken.gguf"
+    path.write_bytes(content)
+
+    async def main() -> None:
+        with pytest.raises(ModelLoadError, match="model failed to load"):
+            await RunnerProcess.start(path, OPTIONS)
+
+    asyncio.run(main())
+
+
+def test_info_describes_the_build():
+    out = subprocess.run([sys.executable, "-m", "localrun.runner", "--info"], capture_output=True, text=True,
+                         timeout=60, check=True)
+    info = json.loads(out.stdout)
+    assert info["default_threads"] >= 1 and "CPU" in info["system_info"]
+    assert isinstance(info["supports_gpu_offload"], bool)
