@@ -29,11 +29,11 @@ def pull(
     from localrun.store import Store
 
     show_bar = sys.stderr.isatty() and not (quiet or as_json)
-    reporter = _JsonReporter() if as_json else _BarReporter() if show_bar else None
+    reporter = _JsonReporter() if as_json else PullBar() if show_bar else None
     try:
         result = Store().pull(model, link=link, progress=reporter)
     finally:
-        if isinstance(reporter, _BarReporter):
+        if isinstance(reporter, PullBar):
             reporter.close()
     if as_json:
         _print_json({"status": "success", "model": result.to_dict()})
@@ -125,7 +125,7 @@ def _print_info(model, info) -> None:
         typer.echo(f"\n  Chat template: {len(info.chat_template)} characters (show --template prints it)")
 
 
-class _BarReporter:
+class PullBar:
     """A rich progress bar on stderr: bytes, speed and ETA while pulling, one line per other step."""
 
     def __init__(self) -> None:

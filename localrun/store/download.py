@@ -12,7 +12,9 @@ a mismatch deletes the partial file.
 from __future__ import annotations
 
 import hashlib
+import queue
 import shutil
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -25,6 +27,7 @@ from localrun.errors import ChecksumMismatch, DiskFull, DownloadError, NotGGUF
 from localrun.store.ggufinfo import HEADER_SIZE, check_header
 
 _HEX64 = frozenset("0123456789abcdef")
+PROGRESS_INTERVAL = 0.05  # seconds between progress callbacks (the last one always comes)
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,6 +45,32 @@ class Policy:
         return httpx.Client(timeout=timeout, follow_redirects=True, headers={"Accept-Encoding": "identity"})
 
 
+class _BackgroundHash:
+    """sha256 on a helper thread: hashlib releases the GIL, so hashing overlaps the network reads."""
+
+    def __init__(self) -> None:
+        self._hash = hashlib.sha256()
+        self._queue: queue.Queue[bytes | None] = queue.Queue(maxsize=256)
+        self._thread = threading.Thread(target=self._run, name="sha256", daemon=True)
+        self._thread.start()
+
+    def update(self, chunk: bytes) -> None:
+        self._queue.put(chunk)
+
+    def hexdigest(self) -> str:
+        self.close()
+        return self._hash.hexdigest()
+
+    def close(self) -> None:
+        if self._thread.is_alive():
+            self._queue.put(None)
+            self._thread.join()
+
+    def _run(self) -> None:
+        while (chunk := self._queue.get()) is not None:
+            self._hash.update(chunk)
+
+
 class _Retry(Exception):
     """An attempt failed in a way worth retrying (5xx, short body, moved offset)."""
 
@@ -57,18 +86,21 @@ class Download:
         self.label = urlsplit(url).path.rsplit("/", 1)[-1] or url
         self.server_sha = ""
         self.total = 0
-        self._hasher = hashlib.sha256()
+        self._hasher = _BackgroundHash()
         self._head = b""
         self.offset = 0
+        self._last_report = 0.0
 
     def run(self) -> str:
         """Download (or finish downloading) and verify; returns "sha256:<hex>" of the partial file."""
-        self._load_partial()
         try:
+            self._load_partial()
             return self._attempts()
         except NotGGUF:
             self.partial.unlink(missing_ok=True)  # never keep (or later resume) a body that is not GGUF
             raise
+        finally:
+            self._hasher.close()
 
     def _attempts(self) -> str:
         failures = 0
@@ -147,7 +179,10 @@ class Download:
                 check_header(head, self.label)  # refuse a non-GGUF body before writing any of it
         out.write(chunk)
         self._take(chunk)
-        self.progress(self.offset, self.total)
+        now = time.monotonic()
+        if now - self._last_report >= PROGRESS_INTERVAL or self.offset == self.total:
+            self._last_report = now
+            self.progress(self.offset, self.total)
 
     def _take(self, chunk: bytes) -> None:
         self._hasher.update(chunk)
@@ -157,7 +192,8 @@ class Download:
 
     def _restart(self) -> None:
         self.partial.unlink(missing_ok=True)
-        self._hasher, self._head, self.offset = hashlib.sha256(), b"", 0
+        self._hasher.close()
+        self._hasher, self._head, self.offset = _BackgroundHash(), b"", 0
 
     def _verify(self) -> str:
         check_header(self._head, self.label)  # a body shorter than a header ends here

@@ -1,0 +1,119 @@
+#!/usr/bin/env python
+"""Pull throughput against a plain httpx streaming download of the same file, in the same run.
+
+    python scripts/bench_pull.py [--mb 300] [--rounds 3]
+
+A loopback server (os.sendfile, so the server is not the bottleneck) serves one generated GGUF.
+The baseline streams it with httpx into a file; the pull is `Store.pull(url)` end to end: Range-
+capable download, sha256 of every byte, the early GGUF header check, the rich progress bar (on
+stderr), the full GGUF parse, fsync and the atomic rename into blobs/, and the manifest. Rounds
+alternate baseline and pull; the best round of each is compared (the machine is shared, so the
+best run is the least disturbed one). Target: pull >= 0.9x baseline.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import sys
+import tempfile
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import httpx
+import numpy as np
+
+
+def make_gguf(path: Path, mb: int) -> Path:
+    import gguf
+
+    writer = gguf.GGUFWriter(str(path), "llama")
+    writer.add_name("bench")
+    writer.add_context_length(256)
+    writer.add_tensor("weight", np.random.default_rng(0).standard_normal(mb * (1 << 18), dtype=np.float32))
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    return path
+
+
+def serve(path: Path) -> ThreadingHTTPServer:
+    size = path.stat().st_size
+
+    class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def log_message(self, *args) -> None:
+            pass
+
+        def do_GET(self) -> None:
+            self.send_response(200)
+            self.send_header("Content-Type", "application/octet-stream")
+            self.send_header("Content-Length", str(size))
+            self.end_headers()
+            with open(path, "rb") as f:
+                sent = 0
+                while sent < size:
+                    sent += os.sendfile(self.connection.fileno(), f.fileno(), sent, size - sent)
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return server
+
+
+def baseline(url: str, dest: Path) -> float:
+    started = time.perf_counter()
+    with httpx.stream("GET", url) as response, open(dest, "wb") as out:
+        for chunk in response.iter_raw():
+            out.write(chunk)
+    elapsed = time.perf_counter() - started
+    dest.unlink()
+    return elapsed
+
+
+def pull(url: str, root: Path) -> float:
+    from localrun.cli.store_commands import PullBar
+    from localrun.store import Store
+
+    bar = PullBar()
+    started = time.perf_counter()
+    try:
+        Store(root).pull(url, progress=bar)
+    finally:
+        bar.close()
+    elapsed = time.perf_counter() - started
+    shutil.rmtree(root)
+    return elapsed
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--mb", type=int, default=300, help="size of the generated model file")
+    parser.add_argument("--rounds", type=int, default=3)
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory(prefix="bench-pull-") as tmp:
+        work = Path(tmp)
+        model = make_gguf(work / "Bench-F32.gguf", args.mb)
+        size = model.stat().st_size
+        server = serve(model)
+        url = f"http://127.0.0.1:{server.server_address[1]}/Bench-F32.gguf"
+        base_times, pull_times = [], []
+        for i in range(args.rounds):
+            base_times.append(baseline(url, work / "baseline.bin"))
+            pull_times.append(pull(url, work / f"store-{i}"))
+        server.shutdown()
+    mbps = lambda seconds: size / seconds / 1e6  # noqa: E731
+    base, best = min(base_times), min(pull_times)
+    print(f"file: {size / 1e6:.0f} MB, rounds: {args.rounds}, cpus: {os.cpu_count()}")
+    print(f"httpx stream baseline: {mbps(base):7.0f} MB/s  (rounds: {', '.join(f'{mbps(t):.0f}' for t in base_times)})")
+    print(f"localrun pull:         {mbps(best):7.0f} MB/s  (rounds: {', '.join(f'{mbps(t):.0f}' for t in pull_times)})")
+    print(f"ratio pull/baseline:   {base / best:.2f}x  (target >= 0.90x)")
+    sys.exit(0 if base / best >= 0.9 else 1)
+
+
+if __name__ == "__main__":
+    main()
