@@ -1,23 +1,47 @@
-"""Ollama routes: thin handlers over the store, the model manager and the one generation path."""
+"""Ollama routes: thin handlers over translate.py, the store, the model manager and the one
+generation path. Streams are NDJSON; an error after the first line arrives as a final
+{"error": ...} line, which the official clients raise as ResponseError."""
 
 from __future__ import annotations
 
+import asyncio
 import time
 from datetime import datetime, timedelta, timezone
-from typing import Any
+from typing import Any, AsyncIterator, Callable
 
 from fastapi import APIRouter, Request
-from fastapi.responses import PlainTextResponse
+from fastapi.responses import PlainTextResponse, Response
 
 from localrun import __version__
-from localrun.server.manager import Loaded
+from localrun.durations import parse_duration
+from localrun.errors import LocalrunError
+from localrun.native import Delta, Done, GenerateRequest as NativeRequest
+from localrun.server import generation
+from localrun.server.manager import Loaded, ModelManager
+from localrun.server.ollama import translate as t
+from localrun.server.ollama.jsonbody import JSONBodyRoute
+from localrun.server.ollama.protocol import (
+    ChatRequest, CopyRequest, EmbeddingsRequest, EmbedRequest, GenerateRequest, ModelRequest, PullRequest,
+    ShowRequest,
+)
+from localrun.server.streaming import ndjson, ndjson_stream
+from localrun.store import PullProgress, parse_reference
 
-router = APIRouter(tags=["ollama"])
+router = APIRouter(tags=["ollama"], route_class=JSONBodyRoute)
 
 FOREVER = datetime(2318, 1, 1, tzinfo=timezone.utc)  # what Ollama shows for keep_alive < 0
+PROGRESS_EVERY_S = 0.1
+
+Body = GenerateRequest | ChatRequest
+Piece = Callable[[str, str], dict[str, Any]]
+Final = Callable[[str, Done, int, str], dict[str, Any]]
 
 
-@router.get("/", response_class=PlainTextResponse)
+def _stream_error(e: LocalrunError) -> str:
+    return ndjson({"error": e.message})
+
+
+@router.api_route("/", methods=["GET", "HEAD"], response_class=PlainTextResponse)
 async def root() -> str:
     return "localrun is running"
 
@@ -27,21 +51,76 @@ async def version() -> dict[str, str]:
     return {"version": __version__}
 
 
+# --- models ------------------------------------------------------------------------------------
+
+@router.get("/api/tags")
+async def tags(request: Request) -> dict[str, Any]:
+    models = await asyncio.to_thread(request.app.state.store.list)
+    return {"models": [t.tag(m) for m in models]}
+
+
+@router.post("/api/show")
+async def show(body: ShowRequest, request: Request) -> dict[str, Any]:
+    store = request.app.state.store
+    model = await asyncio.to_thread(store.resolve, body.model)
+    return t.show(model, await asyncio.to_thread(store.show, body.model))
+
+
+@router.post("/api/pull")
+async def pull(body: PullRequest, request: Request) -> Any:
+    store = request.app.state.store
+    parse_reference(body.model)  # a malformed name is a 400 before any line is streamed
+    if not body.stream:
+        await asyncio.to_thread(store.pull, body.model)
+        return {"status": "success"}
+    return ndjson_stream(_pull_progress(store, body.model), _stream_error)
+
+
+async def _pull_progress(store: Any, ref: str) -> AsyncIterator[str]:
+    """Run the (synchronous) pull in a worker thread and forward its progress as NDJSON lines.
+
+    If the client goes away the pull still finishes in its thread: a model half-downloaded
+    on a dropped connection would only be downloaded again on the next try."""
+    loop = asyncio.get_running_loop()
+    queue: asyncio.Queue[PullProgress | None] = asyncio.Queue()
+    sent = [0.0]
+
+    def emit(event: PullProgress) -> None:  # byte counts at most every PROGRESS_EVERY_S, steps always
+        now = time.monotonic()
+        if 0 < event.completed < event.total and now - sent[0] < PROGRESS_EVERY_S:
+            return
+        sent[0] = now
+        loop.call_soon_threadsafe(queue.put_nowait, event)
+
+    task = asyncio.ensure_future(asyncio.to_thread(store.pull, ref, progress=emit))
+    task.add_done_callback(lambda _: queue.put_nowait(None))  # runs after every emit already queued
+    while (event := await queue.get()) is not None:
+        yield ndjson(event.to_dict())
+    task.result()  # the pull's error, if any, becomes the final {"error": ...} line
+
+
+@router.delete("/api/delete")
+async def delete(body: ModelRequest, request: Request) -> Response:
+    await asyncio.to_thread(request.app.state.store.remove, body.model)
+    return Response(status_code=200)
+
+
+@router.post("/api/copy")
+async def copy(body: CopyRequest, request: Request) -> Response:
+    await asyncio.to_thread(request.app.state.store.copy, body.source, body.destination)
+    return Response(status_code=200)
+
+
 @router.get("/api/ps")
 async def ps(request: Request) -> dict[str, Any]:
     return {"models": [_running(m) for m in request.app.state.manager.running()]}
 
 
-def details(model: Any) -> dict[str, Any]:
-    return {"parent_model": "", "format": "gguf", "family": model.architecture, "families": [model.architecture],
-            "parameter_size": model.parameter_size, "quantization_level": model.quantization}
-
-
 def _running(loaded: Loaded) -> dict[str, Any]:
     model = loaded.model
     return {
-        "name": model.name, "model": model.name, "size": loaded.size, "digest": model.digest.removeprefix("sha256:"),
-        "details": details(model), "expires_at": _expires_at(loaded).isoformat(),
+        "name": model.name, "model": model.name, "size": loaded.size, "digest": t.digest_hex(model.digest),
+        "details": t.details(model), "expires_at": _expires_at(loaded).isoformat(),
         "size_vram": loaded.size if loaded.runner.info.get("gpu_layers") else 0,
         "context_length": loaded.options.ctx_size,
         "parallel": loaded.options.parallel, "kv_cache_type": loaded.options.kv_cache_type,
@@ -56,3 +135,81 @@ def _expires_at(loaded: Loaded) -> datetime:
     if loaded.expires_at is None:  # busy: the clock starts when the last request ends
         return now + timedelta(seconds=loaded.keep_alive)
     return now + timedelta(seconds=max(0.0, loaded.expires_at - time.monotonic()))
+
+
+# --- generation --------------------------------------------------------------------------------
+
+@router.post("/api/generate")
+async def generate(body: GenerateRequest, request: Request) -> Any:
+    return await _answer(request, body, t.generate_request, t.generate_piece, t.generate_final)
+
+
+@router.post("/api/chat")
+async def chat(body: ChatRequest, request: Request) -> Any:
+    return await _answer(request, body, t.chat_request, t.chat_piece, t.chat_final)
+
+
+async def _answer(request: Request, body: Body, translate: Callable[[Any, int], NativeRequest],
+                  piece: Piece, final: Final) -> Any:
+    """Load/unload-only requests, streamed NDJSON, or one JSON object: the same for generate and chat."""
+    started = time.perf_counter_ns()
+    manager: ModelManager = request.app.state.manager
+    if t.is_load_only(body):
+        reason = await _load(manager, body)
+        return t.load_answer(body, reason, time.perf_counter_ns() - started)
+    native = translate(body, request.app.state.config.ctx_size)
+    if body.stream:
+        gen = await generation.start(manager, native)
+        return ndjson_stream(_lines(gen, body.model, piece, final, started), _stream_error)
+    done = (await generation.collect(manager, native)).choices[0]
+    return final(body.model, done, time.perf_counter_ns() - started, done.text)
+
+
+async def _lines(gen: generation.Generation, model: str, piece: Piece, final: Final,
+                 started: int) -> AsyncIterator[str]:
+    async for event in gen:
+        if isinstance(event, Delta):
+            if event.text:
+                yield ndjson(piece(model, event.text))
+        else:
+            yield ndjson(final(model, event, time.perf_counter_ns() - started, ""))
+
+
+async def _load(manager: ModelManager, body: Body) -> str:
+    """Ollama's empty request: load the model (and set its keep-alive), or unload it with keep_alive 0."""
+    if body.keep_alive is not None and parse_duration(body.keep_alive) == 0:
+        await manager.unload_name(body.model)
+        return "unload"
+    async with manager.lease(body.model, body.options.num_ctx if body.options else None, body.keep_alive):
+        pass
+    return "load"
+
+
+# --- embeddings --------------------------------------------------------------------------------
+
+@router.post("/api/embed")
+async def embed(body: EmbedRequest, request: Request) -> dict[str, Any]:
+    started = time.perf_counter_ns()
+    inputs = [body.input] if isinstance(body.input, str) else body.input
+    inputs = [text for text in inputs if text]  # Ollama: no input only loads the model
+    value, load_ns = await _embed(request.app.state.manager, body, inputs)
+    return {"model": body.model, "embeddings": [t.embedding(v, body.dimensions) for v in value["embeddings"]],
+            "total_duration": time.perf_counter_ns() - started, "load_duration": load_ns,
+            "prompt_eval_count": value["prompt_tokens"]}
+
+
+@router.post("/api/embeddings")
+async def embeddings(body: EmbeddingsRequest, request: Request) -> dict[str, Any]:
+    value, _ = await _embed(request.app.state.manager, body, [body.prompt] if body.prompt else [])
+    return {"embedding": value["embeddings"][0] if value["embeddings"] else []}
+
+
+async def _embed(manager: ModelManager, body: EmbedRequest | EmbeddingsRequest,
+                 inputs: list[str]) -> tuple[dict[str, Any], int]:
+    """The runner's vectors for `inputs` (none: just load), and how long loading took in ns."""
+    started = time.perf_counter_ns()
+    async with manager.lease(body.model, body.options.num_ctx if body.options else None, body.keep_alive) as loaded:
+        load_ns = time.perf_counter_ns() - started
+        if not inputs:
+            return {"embeddings": [], "prompt_tokens": 0}, load_ns
+        return await loaded.runner.call("embed", inputs=inputs), load_ns

@@ -1,0 +1,115 @@
+"""Ollama request bodies (fields in the order of Ollama's API reference).
+
+Unknown fields, and unknown keys inside `options`, are accepted and ignored: real clients send
+extras (`numa`, `num_gpu`, `mirostat`, ...) that mean nothing to this server. Ollama's server
+streams unless `stream` is false, so `stream` defaults to true here as it does there. Older clients
+name the model `name` on the model-management routes; both spellings are accepted.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+
+class _Lenient(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+
+class Options(_Lenient):
+    """The runtime options localrun honours; the rest of Ollama's list is ignored."""
+
+    num_ctx: int | None = Field(None, ge=16)
+    num_predict: int | None = Field(None, ge=-2, description="-1 = until the end, -2 = fill the context")
+    temperature: float | None = Field(None, ge=0)
+    top_k: int | None = Field(None, ge=0)
+    top_p: float | None = Field(None, ge=0, le=1)
+    min_p: float | None = Field(None, ge=0, le=1)
+    typical_p: float | None = Field(None, ge=0, le=1)
+    seed: int | None = None
+    stop: list[str] | None = None
+    repeat_penalty: float | None = Field(None, ge=0)
+    repeat_last_n: int | None = Field(None, ge=-1, description="-1 = the whole context")
+    presence_penalty: float | None = None
+    frequency_penalty: float | None = None
+
+
+class _Generation(_Lenient):
+    """What /api/generate and /api/chat share."""
+
+    model: str = Field(min_length=1)
+    format: str | dict[str, Any] | None = None  # "json" or a JSON schema; checked in translate
+    options: Options | None = None
+    stream: bool = True
+    keep_alive: str | float | None = None
+    think: bool | str | None = None  # accepted; the models served here do not think
+
+
+class GenerateRequest(_Generation):
+    prompt: str = ""
+    suffix: str = ""
+    images: list[str] | None = None
+    system: str | None = None
+    template: str | None = None
+    context: list[int] | None = None  # deprecated by Ollama; ignored (the prefix cache does its job)
+    raw: bool = False
+
+
+class Message(_Lenient):
+    role: Literal["system", "user", "assistant", "tool"]
+    content: str | None = ""
+    images: list[str] | None = None
+    tool_calls: list[dict[str, Any]] | None = None
+    tool_name: str | None = None
+
+
+class ChatRequest(_Generation):
+    messages: list[Message] = Field(default_factory=list)
+    tools: list[dict[str, Any]] | None = None
+
+
+class EmbedRequest(_Lenient):
+    model: str = Field(min_length=1)
+    input: str | list[str]
+    truncate: bool = True
+    options: Options | None = None
+    keep_alive: str | float | None = None
+    dimensions: int | None = Field(None, ge=1)
+
+
+class EmbeddingsRequest(_Lenient):
+    """The legacy single-prompt embeddings route."""
+
+    model: str = Field(min_length=1)
+    prompt: str = ""
+    options: Options | None = None
+    keep_alive: str | float | None = None
+
+
+class ModelRequest(_Lenient):
+    """A body that names one model, as `model` or (older clients) `name`."""
+
+    model: str = ""
+    name: str = ""
+
+    @model_validator(mode="after")
+    def _one_name(self) -> ModelRequest:
+        self.model = self.model or self.name
+        if not self.model:
+            raise ValueError("model is required")
+        return self
+
+
+class ShowRequest(ModelRequest):
+    verbose: bool = False
+
+
+class PullRequest(ModelRequest):
+    insecure: bool = False  # accepted and ignored
+    stream: bool = True
+
+
+class CopyRequest(_Lenient):
+    source: str = Field(min_length=1)
+    destination: str = Field(min_length=1)

@@ -1,0 +1,223 @@
+"""Ollama <-> native: request bodies into one GenerateRequest, events and models into Ollama's JSON.
+
+Precedence for sampling: the request's `options`, then Ollama's own defaults (which differ from
+llama.cpp's: top_p 0.9, min_p 0, repeat_penalty 1.1), so a client sees what it would see against
+Ollama. Durations go out in nanoseconds, as Ollama reports them; the engine measures milliseconds.
+"""
+
+from __future__ import annotations
+
+import math
+from datetime import datetime, timezone
+from typing import Any
+
+from localrun.errors import InvalidRequest
+from localrun.native import Done, GenerateRequest as NativeRequest, Timings
+from localrun.sampling import SamplingParams
+from localrun.server.ollama.protocol import ChatRequest, GenerateRequest, Message, Options
+
+OLLAMA_DEFAULTS: dict[str, float] = {
+    "temperature": 0.8, "top_k": 40, "top_p": 0.9, "min_p": 0.0, "typical_p": 1.0,
+    "repeat_penalty": 1.1, "repeat_last_n": 64, "presence_penalty": 0.0, "frequency_penalty": 0.0,
+}
+NO_VISION = "images are not supported: the models localrun serves are text-only"
+
+
+# --- requests ----------------------------------------------------------------------------------
+
+def sampling(options: Options | None, default_ctx: int) -> SamplingParams:
+    """Ollama options -> SamplingParams. `default_ctx` resolves repeat_last_n = -1 (the whole context)."""
+    o = options or Options()
+    params = SamplingParams(**OLLAMA_DEFAULTS)
+    for name in OLLAMA_DEFAULTS:
+        value = getattr(o, name)
+        if value is not None:
+            setattr(params, name, value)
+    if params.repeat_last_n == -1:
+        params.repeat_last_n = o.num_ctx or default_ctx
+    params.seed = o.seed if o.seed is not None and o.seed >= 0 else None  # Ollama: -1 = random
+    params.max_tokens = o.num_predict if o.num_predict is not None and o.num_predict >= 0 else None
+    params.stop = list(o.stop or [])
+    return params
+
+
+def generate_request(body: GenerateRequest, default_ctx: int) -> NativeRequest:
+    """/api/generate: the prompt through the chat template (with `system`), or as is when `raw`."""
+    if body.images:
+        raise InvalidRequest(NO_VISION)
+    if body.template:
+        raise InvalidRequest("template: overriding the prompt template is not supported; "
+                             "send raw: true with a fully formatted prompt instead")
+    if body.suffix:
+        raise InvalidRequest("suffix: fill-in-the-middle is not supported")
+    request = _native(body, default_ctx)
+    if body.raw:
+        request.prompt = body.prompt
+    else:
+        system = [{"role": "system", "content": body.system}] if body.system else []
+        request.messages = [*system, {"role": "user", "content": body.prompt}]
+    return request
+
+
+def chat_request(body: ChatRequest, default_ctx: int) -> NativeRequest:
+    request = _native(body, default_ctx)
+    request.messages = [_message(m, i) for i, m in enumerate(body.messages)]
+    request.tools = [_tool(t) for t in body.tools] if body.tools else None
+    return request
+
+
+def _native(body: GenerateRequest | ChatRequest, default_ctx: int) -> NativeRequest:
+    request = NativeRequest(model=body.model, sampling=sampling(body.options, default_ctx),
+                            num_ctx=body.options.num_ctx if body.options else None, keep_alive=body.keep_alive)
+    if isinstance(body.format, dict):
+        request.json_schema = body.format
+    elif body.format == "json":
+        request.json_mode = True
+    elif body.format:
+        raise InvalidRequest(f'format: expected "json" or a JSON schema object, got {body.format!r}')
+    return request
+
+
+def _message(message: Message, index: int) -> dict[str, Any]:
+    """Ollama message -> template-ready (OpenAI-shaped) message; tool arguments stay objects."""
+    if message.images:
+        raise InvalidRequest(f"messages[{index}]: {NO_VISION}")
+    out: dict[str, Any] = {"role": message.role, "content": message.content or ""}
+    if message.tool_calls:
+        out["tool_calls"] = [_template_call(call, f"call_{index}_{i}") for i, call in enumerate(message.tool_calls)]
+    if message.tool_name:
+        out["name"] = message.tool_name
+    return out
+
+
+def _template_call(call: dict[str, Any], fallback_id: str) -> dict[str, Any]:
+    function = call.get("function")
+    if not isinstance(function, dict) or not function.get("name"):
+        raise InvalidRequest("tool_calls: each call must be {\"function\": {\"name\", \"arguments\": {...}}}")
+    arguments = function.get("arguments") or {}
+    if not isinstance(arguments, dict):
+        raise InvalidRequest("tool_calls: function.arguments must be a JSON object")
+    return {"id": call.get("id") or fallback_id, "type": "function",
+            "function": {"name": function["name"], "arguments": arguments}}
+
+
+def _tool(tool: dict[str, Any]) -> dict[str, Any]:
+    function = tool.get("function") if tool.get("type", "function") == "function" else None
+    if not isinstance(function, dict) or not function.get("name"):
+        raise InvalidRequest("tools: each tool must be {\"type\": \"function\", \"function\": {\"name\", ...}}")
+    return {"name": function["name"], "description": function.get("description", ""),
+            "parameters": function.get("parameters") or {"type": "object", "properties": {}}}
+
+
+def is_load_only(body: GenerateRequest | ChatRequest) -> bool:
+    """Ollama's convention: no prompt (or no messages) only loads, or with keep_alive 0 unloads."""
+    if isinstance(body, ChatRequest):
+        return not body.messages
+    return not body.prompt and not body.images
+
+
+def embedding(vector: list[float], dimensions: int | None) -> list[float]:
+    """Cut a vector to `dimensions` and re-normalise it, as Ollama's `dimensions` does."""
+    if dimensions is None or dimensions >= len(vector):
+        return vector
+    cut = vector[:dimensions]
+    norm = math.sqrt(sum(x * x for x in cut)) or 1.0
+    return [x / norm for x in cut]
+
+
+# --- answers -----------------------------------------------------------------------------------
+
+def created_at() -> str:
+    return datetime.now(timezone.utc).isoformat().replace("+00:00", "Z")
+
+
+def ns(ms: float) -> int:
+    return int(ms * 1_000_000)
+
+
+def generate_piece(model: str, text: str) -> dict[str, Any]:
+    return {"model": model, "created_at": created_at(), "response": text, "done": False}
+
+
+def chat_piece(model: str, text: str) -> dict[str, Any]:
+    return {"model": model, "created_at": created_at(), "message": {"role": "assistant", "content": text},
+            "done": False}
+
+
+def generate_final(model: str, done: Done, total_ns: int, text: str) -> dict[str, Any]:
+    return {**generate_piece(model, text), **final_fields(done, total_ns)}
+
+
+def chat_final(model: str, done: Done, total_ns: int, text: str) -> dict[str, Any]:
+    answer = chat_piece(model, text)
+    if done.tool_calls:
+        answer["message"]["tool_calls"] = [
+            {"id": c.id, "function": {"index": i, "name": c.name, "arguments": c.arguments}}
+            for i, c in enumerate(done.tool_calls)
+        ]
+    return {**answer, **final_fields(done, total_ns)}
+
+
+def final_fields(done: Done, total_ns: int) -> dict[str, Any]:
+    """What the last object of a generation carries: why it ended and what it cost, in nanoseconds."""
+    return {"done": True, "done_reason": "length" if done.finish_reason == "length" else "stop",
+            **durations(done.timings, total_ns)}
+
+
+def durations(t: Timings, total_ns: int) -> dict[str, int]:
+    return {"total_duration": total_ns, "load_duration": ns(t.load_ms),
+            "prompt_eval_count": t.prompt_tokens, "prompt_eval_duration": ns(t.prompt_ms),
+            "eval_count": t.generated_tokens, "eval_duration": ns(t.generation_ms)}
+
+
+def load_answer(body: GenerateRequest | ChatRequest, reason: str, total_ns: int) -> dict[str, Any]:
+    """The single object that answers a load-only (reason "load") or unload ("unload") request."""
+    piece = chat_piece if isinstance(body, ChatRequest) else generate_piece
+    return {**piece(body.model, ""), "done": True, "done_reason": reason, "total_duration": total_ns,
+            "load_duration": total_ns if reason == "load" else 0}
+
+
+# --- models ------------------------------------------------------------------------------------
+
+def digest_hex(digest: str) -> str:
+    return digest.removeprefix("sha256:")
+
+
+def details(model: Any) -> dict[str, Any]:
+    """Ollama's `details` object, from a store Model or ModelInfo (both read through to the GGUF facts)."""
+    return {"parent_model": "", "format": "gguf", "family": model.architecture,
+            "families": [model.architecture] if model.architecture else None,
+            "parameter_size": model.parameter_size, "quantization_level": model.quantization}
+
+
+def tag(model: Any) -> dict[str, Any]:
+    """One entry of /api/tags."""
+    return {"name": model.name, "model": model.name, "modified_at": model.modified.isoformat(),
+            "size": model.size, "digest": digest_hex(model.digest), "details": details(model)}
+
+
+def show(model: Any, info: Any) -> dict[str, Any]:
+    """/api/show: the model's license, template, parameters, a Modelfile, GGUF metadata, capabilities."""
+    parameters = "\n".join(f"{key:<15} {value}" for key, value in model.defaults.items())
+    model_info = {"general.parameter_count": info.parameters, **info.metadata}
+    return {"license": info.license, "modelfile": modelfile(model, info), "parameters": parameters,
+            "template": info.chat_template, "details": details(model), "model_info": model_info,
+            "capabilities": capabilities(info), "modified_at": model.modified.isoformat()}
+
+
+def modelfile(model: Any, info: Any) -> str:
+    lines = [f"# Modelfile generated by localrun for {model.name}", f"FROM {model.path}"]
+    if info.chat_template:
+        lines.append(f'TEMPLATE """{info.chat_template}"""')
+    lines += [f"PARAMETER {key} {value}" for key, value in model.defaults.items()]
+    if info.license:
+        lines.append(f'LICENSE """{info.license}"""')
+    return "\n".join(lines) + "\n"
+
+
+def capabilities(info: Any) -> list[str]:
+    """As Ollama decides: a model with a pooling type embeds, any other completes; tools when the
+    chat template renders them. (/api/embed works with every model; this is what the model is for.)"""
+    if f"{info.architecture}.pooling_type" in info.metadata:
+        return ["embedding"]
+    return ["completion", "tools"] if "tools" in info.chat_template else ["completion"]
