@@ -32,27 +32,27 @@ def serve(
     insecure: bool = typer.Option(False, "--insecure", help="Allow a non-loopback bind without LOCALRUN_API_KEY."),
 ) -> None:
     """Run the daemon in the foreground (logs to stderr; Ctrl-C or SIGTERM stops it gracefully)."""
+    import signal
     from dataclasses import replace
 
     from localrun.cli import daemon
     from localrun.config import Config
-    from localrun.errors import DaemonUnavailable, UsageError
+    from localrun.errors import DaemonUnavailable
 
-    config = Config.from_env()
     address = target(host)
     address = replace(address, port=port) if port is not None else address
     bind = address.host or "127.0.0.1"
-    if not address.is_loopback and not config.api_keys and not insecure:
-        raise UsageError(f"refusing to listen on {bind} without an API key; set LOCALRUN_API_KEY or pass --insecure")
     running = daemon.read_pid(address.port)
     if running:
         raise DaemonUnavailable(f"a localrun daemon (pid {running}) already runs on port {address.port}")
     _check_port_free(bind, address)
     from localrun.server.serve import run_server
 
+    # uvicorn re-raises SIGTERM after its graceful shutdown; exiting 0 here lets the pid file go too.
+    signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(0))
     daemon.write_pid_file(address.port)
     try:
-        run_server(replace(config, host=f"{bind}:{address.port}"), bind, address.port)
+        run_server(Config.from_env(), bind, address.port, insecure=insecure)
     finally:
         daemon.remove_pid_file(address.port)
 
@@ -93,6 +93,7 @@ def status(host: Optional[str] = typer.Option(None, "--host", help=HOST_HELP)) -
     from localrun.client import Client
 
     address = target(host)
+    pid = daemon.read_pid(address.port)  # also cleans a stale pid file
     state = daemon.probe(address)
     if state is daemon.State.FOREIGN:
         print(daemon.busy_message(address))
@@ -100,7 +101,6 @@ def status(host: Optional[str] = typer.Option(None, "--host", help=HOST_HELP)) -
     if state is daemon.State.DOWN:
         print(f"localrun is not running at {address.base_url}")
         raise typer.Exit(1)
-    pid = daemon.read_pid(address.port)
     with Client.from_host(address.base_url) as client:
         version, loaded = client.version(), len(client.ps())
     owner = f"pid {pid}" if pid else "not started from this home"

@@ -1,0 +1,150 @@
+"""The background daemon as users meet it: auto-started by a command that needs it, status, ps,
+logs, stop; a stale pid file after a crash; a port taken by something else; `serve` in the
+foreground with its pid file and graceful SIGTERM."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+
+import httpx
+import pytest
+
+from localrun.cli import daemon as lifecycle
+from localrun.client.address import parse_address
+from tests.cli import run_cli
+from tests.daemon import free_port
+
+TINY = ("--max-tokens", "4", "--temperature", "0")
+
+
+@pytest.fixture
+def port(monkeypatch):
+    """A free loopback port for this test's daemon; whatever runs there is stopped at the end."""
+    number = free_port()
+    monkeypatch.setenv("LOCALRUN_HOST", f"127.0.0.1:{number}")
+    yield number
+    run_cli("stop", timeout=60)
+    pid = lifecycle.read_pid(number)
+    if pid:
+        os.kill(pid, signal.SIGKILL)
+
+
+def healthy(port: int) -> bool:
+    try:
+        return httpx.get(f"http://127.0.0.1:{port}/health", timeout=2).status_code == 200
+    except httpx.HTTPError:
+        return False
+
+
+def dead_pid() -> int:
+    child = subprocess.Popen([sys.executable, "-c", "pass"])
+    child.wait()
+    return child.pid
+
+
+def test_auto_start_status_ps_logs_stop(port):
+    assert not healthy(port)
+    clients = [subprocess.Popen([sys.executable, "-m", "localrun", "run", "smollm2", "Hi", *TINY],
+                                stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+               for _ in range(2)]  # two scripts at once start one daemon between them
+    for client in clients:
+        out, err = client.communicate(timeout=240)
+        assert client.returncode == 0, err
+        assert out.strip()
+    pid = lifecycle.read_pid(port)
+    assert pid and healthy(port)
+    log = lifecycle.log_file(port).read_text()
+    assert log.count("Started server process") == 1
+
+    status = run_cli("status")
+    assert status.returncode == 0 and f"pid {pid}" in status.stdout and "1 model(s) loaded" in status.stdout
+    ps = run_cli("ps").stdout.splitlines()
+    assert ps[0].split() == ["NAME", "ID", "SIZE", "PROCESSOR", "CONTEXT", "UNTIL"]
+    assert ps[1].startswith("smollm2:135m") and "CPU" in ps[1] and "from now" in ps[1]
+    assert "Application startup complete" in run_cli("logs").stdout
+
+    stopped = run_cli("stop")
+    assert stopped.returncode == 0 and f"stopped localrun (pid {pid})" in stopped.stdout
+    assert not healthy(port) and not lifecycle.pid_file(port).exists()
+    assert run_cli("status").returncode == 1
+    assert "not running" in run_cli("stop").stdout
+
+
+def test_logs_follow_prints_new_lines_until_ctrl_c(port):
+    path = lifecycle.log_file(port)
+    path.parent.mkdir(parents=True)
+    path.write_text("first line\n")
+    follower = subprocess.Popen([sys.executable, "-m", "localrun", "logs", "-f"], stdout=subprocess.PIPE, text=True)
+    assert follower.stdout.readline() == "first line\n"
+    with open(path, "a") as f:
+        f.write("second line\n")
+    assert follower.stdout.readline() == "second line\n"
+    follower.send_signal(signal.SIGINT)
+    assert follower.wait(30) == 0
+
+
+def test_stale_pid_file_is_cleaned(port):
+    pid_file = lifecycle.pid_file(port)
+    pid_file.parent.mkdir(parents=True)
+    for stale in (dead_pid(), None):
+        if stale is None:  # a live pid that is not localrun (pids are reused after a crash)
+            sleeper = subprocess.Popen(["sleep", "30"])
+            stale = sleeper.pid
+        pid_file.write_text(f"{stale}\n")
+        status = run_cli("status")
+        assert status.returncode == 1 and "not running" in status.stdout
+        assert not pid_file.exists()
+        pid_file.write_text(f"{stale}\n")
+        assert "not running" in run_cli("stop").stdout and not pid_file.exists()
+    assert sleeper.poll() is None  # stop never signals a process that is not localrun
+    sleeper.kill()
+
+
+def test_busy_port_is_reported_clearly(port):
+    with socket.socket() as squatter:  # listens but never speaks HTTP
+        squatter.bind(("127.0.0.1", port))
+        squatter.listen()
+        started = time.monotonic()
+        done = run_cli("run", "smollm2", "hi")
+        assert done.returncode == 1
+        assert len(done.stderr.splitlines()) == 1 and "not a localrun daemon" in done.stderr
+        assert time.monotonic() - started < 30
+        serve = run_cli("serve", "--port", str(port))
+        assert serve.returncode == 1 and "not a localrun daemon" in serve.stderr
+        assert "not a localrun daemon" in run_cli("status").stdout
+    assert not lifecycle.pid_file(port).exists()
+
+
+def test_foreground_serve_pid_file_and_sigterm(port):
+    server = subprocess.Popen([sys.executable, "-m", "localrun", "serve", "--port", str(port)],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 60
+        while not healthy(port):
+            assert server.poll() is None and time.monotonic() < deadline, server.stderr.read()
+            time.sleep(0.2)
+        assert lifecycle.read_pid(port) == server.pid
+        second = run_cli("serve", "--port", str(port))
+        assert second.returncode == 1 and "already" in second.stderr
+        server.send_signal(signal.SIGTERM)
+        assert server.wait(30) == 0
+        assert not lifecycle.pid_file(port).exists()
+    finally:
+        if server.poll() is None:
+            server.kill()
+
+
+def test_serve_refuses_a_public_bind_without_a_key(port):
+    done = run_cli("serve", "--host", "0.0.0.0", "--port", str(port))
+    assert done.returncode == 2 and "LOCALRUN_API_KEY" in done.stderr
+    assert not healthy(port)
+
+
+def test_remote_hosts_are_not_managed():
+    assert not parse_address("http://10.1.2.3:8000").is_loopback
+    lifecycle.ensure_running(parse_address("http://192.0.2.1:9"))  # returns at once: nothing to start there
