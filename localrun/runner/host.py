@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import queue
 import threading
-from dataclasses import dataclass, field, replace
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from localrun.engine import Engine, Finished, Request, Token
@@ -18,17 +18,30 @@ from localrun.native import GenerateRequest
 from localrun.runner.prompt import build_grammar, build_prompt
 from localrun.runner.protocol import Channel
 from localrun.sampling import SamplingParams
+from localrun.tools import CallHoldback, active_tools, parse_tool_calls
 
 SHUTDOWN = {"op": "shutdown"}
 
 
 @dataclass(slots=True)
 class _Choice:
-    """The runner's view of one engine sequence: which request and choice it serves, and its text."""
+    """The runner's view of one engine sequence: which request and choice it serves, and its text.
+    With tools offered, text that may be a call is held back and parsed into calls at the end."""
 
     request_id: str
     index: int
     text: list[str] = field(default_factory=list)
+    tools: list[dict[str, Any]] | None = None
+    holdback: CallHoldback | None = None
+
+    def visible(self, text: str) -> str:
+        return self.holdback.push(text) if self.holdback else text
+
+    def take_calls(self) -> tuple[str, list[dict[str, Any]]]:
+        """(the held-back text that is not a call, the calls) at the end of the choice."""
+        held = self.holdback.finish() if self.holdback else ""
+        rest, calls = parse_tool_calls(held, {tool["name"] for tool in self.tools or ()})
+        return rest, [asdict(call) for call in calls]
 
 
 class RunnerHost:
@@ -83,11 +96,12 @@ class RunnerHost:
         prompt = build_prompt(self.engine, request)
         sampling = request.sampling
         sampling.grammar = build_grammar(request) or sampling.grammar
+        tools = active_tools(request.tools, request.tool_choice)
         for index in range(max(1, request.n)):
             key = f"{rid}#{index}"
             choice_sampling = sampling if request.n <= 1 or sampling.seed is None else _reseeded(sampling, index)
             self.engine.add(Request(id=key, prompt=prompt, sampling=choice_sampling))
-            self.choices[key] = _Choice(rid, index)
+            self.choices[key] = _Choice(rid, index, tools=tools, holdback=CallHoldback() if tools else None)
         self.channel.send({"type": "accepted", "id": rid, "prompt_tokens": len(prompt)})
 
     def _op_cancel(self, rid: str, message: dict[str, Any]) -> None:
@@ -103,7 +117,8 @@ class RunnerHost:
         self._result(rid, {"text": self.engine.detokenize(message["tokens"])})
 
     def _op_render(self, rid: str, message: dict[str, Any]) -> None:
-        request = GenerateRequest(model="", messages=message["messages"], tools=message.get("tools"))
+        request = GenerateRequest(model="", messages=message["messages"], tools=message.get("tools"),
+                                  tool_choice=message.get("tool_choice"))
         self._result(rid, {"tokens": build_prompt(self.engine, request)})
 
     def _op_embed(self, rid: str, message: dict[str, Any]) -> None:
@@ -121,19 +136,24 @@ class RunnerHost:
         if choice is None:
             return
         if isinstance(event, Token):
-            choice.text.append(event.text)
-            if event.text or event.logprob is not None:
-                self.channel.send({
-                    "type": "delta", "id": choice.request_id, "index": choice.index, "text": event.text,
-                    "logprobs": _logprobs(self.engine, event),
-                })
+            text = choice.visible(event.text)
+            if text or event.logprob is not None:
+                self._delta(choice, text, _logprobs(self.engine, event))
             return
         del self.choices[event.request_id]
+        rest, calls = choice.take_calls()
+        if rest:
+            self._delta(choice, rest, [])
         self.channel.send({
             "type": "done", "id": choice.request_id, "index": choice.index,
-            "finish_reason": event.reason, "timings": event.timings.to_dict(),
-            "text": "".join(choice.text), "tool_calls": [], "stop_sequence": getattr(event, "stop", None),
+            "finish_reason": "tool_calls" if calls else event.reason, "timings": event.timings.to_dict(),
+            "text": "".join(choice.text), "tool_calls": calls, "stop_sequence": event.stop_text,
         })
+
+    def _delta(self, choice: _Choice, text: str, logprobs: list[Any]) -> None:
+        choice.text.append(text)
+        self.channel.send({"type": "delta", "id": choice.request_id, "index": choice.index, "text": text,
+                           "logprobs": logprobs})
 
 
 def _logprobs(engine: Engine, event: Token) -> list[Any]:

@@ -9,7 +9,7 @@ Parent -> runner (each carries a caller-chosen string `id`, except shutdown):
     {"op": "cancel",   "id"}                       stop that generation within one engine step
     {"op": "tokenize", "id", "text", "special": bool}
     {"op": "detokenize", "id", "tokens": [int]}
-    {"op": "render",   "id", "messages", "tools"}  chat template + tokenize, no generation
+    {"op": "render",   "id", "messages", "tools", "tool_choice"}  chat template + tokenize, no generation
     {"op": "embed",    "id", "inputs": [str]}
     {"op": "health",   "id"}
     {"op": "shutdown"}                             finish nothing, exit 0

@@ -38,6 +38,7 @@ def create_app(config: Config | None = None, store: Any = None, manager: ModelMa
     async def health() -> dict[str, Any]:
         return {"status": "ok", "version": __version__, "loaded_models": len(manager.loaded)}
 
+    from localrun.server.anthropic.routes import router as anthropic
     from localrun.server.ollama.routes import router as ollama
     from localrun.server.openai.routes import router as openai
     from localrun.server.tokens import router as tokens
@@ -45,5 +46,6 @@ def create_app(config: Config | None = None, store: Any = None, manager: ModelMa
     app.include_router(metrics.router)
     app.include_router(openai)
     app.include_router(ollama)
+    app.include_router(anthropic)
     app.include_router(tokens)
     return app

@@ -1,0 +1,46 @@
+"""Anthropic Messages request bodies (fields in the order of the official reference). Unknown fields
+are accepted and ignored, because real clients (Claude Code) send extras; content blocks stay plain
+dicts and are checked in translate.py, which knows what each block type means here."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class _Lenient(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+
+class Message(_Lenient):
+    role: Literal["user", "assistant"]
+    content: str | list[dict[str, Any]]
+
+
+class ToolChoice(_Lenient):
+    type: Literal["auto", "any", "tool", "none"] = "auto"
+    name: str | None = None
+    disable_parallel_tool_use: bool | None = None
+
+
+class CountTokensRequest(_Lenient):
+    model: str = Field(min_length=1)
+    messages: list[Message] = Field(min_length=1)
+    system: str | list[dict[str, Any]] | None = None
+    tools: list[dict[str, Any]] | None = None
+    tool_choice: ToolChoice | None = None
+
+
+class MessagesRequest(CountTokensRequest):
+    max_tokens: int = Field(ge=1)
+    metadata: dict[str, Any] | None = None
+    stop_sequences: list[str] | None = None
+    stream: bool = False
+    temperature: float | None = Field(None, ge=0, le=2)  # Anthropic allows 0..1; 2 for OpenAI-minded clients
+    thinking: dict[str, Any] | None = None  # accepted; the template decides what thinking means
+    top_k: int | None = Field(None, ge=0)
+    top_p: float | None = Field(None, ge=0, le=1)
+    # localrun extensions
+    num_ctx: int | None = Field(None, ge=16, description="localrun: context length per slot for this model")
+    keep_alive: str | float | None = Field(None, description="localrun: how long the model stays loaded")

@@ -1,0 +1,117 @@
+"""Anthropic's server-sent event sequence for one streamed message:
+
+    message_start                     the message with empty content and the prompt's token count
+    ping                              at once, then at least every PING_INTERVAL_S while nothing else is sent
+    content_block_start  (index i)    a text block when text appears, a tool_use block per call
+    content_block_delta  (index i)    text_delta pieces, or the call's input as one input_json_delta
+    content_block_stop   (index i)
+    message_delta                     stop_reason, stop_sequence and the final usage
+    message_stop
+
+Pings matter while a long prompt (Claude Code sends tens of thousands of tokens) is prefilled: the
+first token may be minutes away and clients time out a silent connection.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from typing import Any, AsyncIterator, TypeVar
+
+from localrun.native import Delta, Done
+from localrun.server import generation
+from localrun.server.anthropic import translate as t
+from localrun.server.streaming import sse
+
+PING_INTERVAL_S = 5.0
+T = TypeVar("T")
+
+
+async def message_events(gen: generation.Generation, model: str,
+                         ping_interval: float = PING_INTERVAL_S) -> AsyncIterator[str]:
+    blocks = _Blocks()
+    yield _event("message_start", message=_started(model, gen.prompt_tokens))
+    yield _event("ping")
+    async for event in with_pings(gen, ping_interval):
+        if event is None:
+            yield _event("ping")
+        elif isinstance(event, Delta):
+            for chunk in blocks.text(event.text):
+                yield chunk
+        else:
+            for chunk in blocks.done(event):
+                yield chunk
+
+
+async def with_pings(events: AsyncIterator[T], interval: float) -> AsyncIterator[T | None]:
+    """The events, with None whenever `interval` seconds pass without one. The pending read is
+    cancelled when the consumer stops early, so the generation behind it is cancelled too."""
+    iterator = aiter(events)
+    pending: asyncio.Future[T] | None = None
+    try:
+        while True:
+            pending = pending or asyncio.ensure_future(anext(iterator))
+            done, _ = await asyncio.wait({pending}, timeout=interval)
+            if not done:
+                yield None
+                continue
+            try:
+                event = pending.result()
+            except StopAsyncIteration:
+                return
+            pending = None
+            yield event
+    finally:
+        if pending is not None and not pending.done():
+            pending.cancel()
+
+
+class _Blocks:
+    """Content block bookkeeping: a text block opens with the first text, each call is its own block."""
+
+    def __init__(self) -> None:
+        self.index = 0
+        self.text_open = False
+
+    def text(self, text: str) -> list[str]:
+        if not text:
+            return []
+        out = [] if self.text_open else [_start(self.index, {"type": "text", "text": ""})]
+        self.text_open = True
+        return out + [_delta(self.index, {"type": "text_delta", "text": text})]
+
+    def done(self, done: Done) -> list[str]:
+        out = self._close_text()
+        for call in done.tool_calls:
+            out += [_start(self.index, {**t.tool_use(call), "input": {}}),
+                    _delta(self.index, {"type": "input_json_delta", "partial_json": json.dumps(call.arguments)}),
+                    _event("content_block_stop", index=self.index)]
+            self.index += 1
+        delta = {"stop_reason": t.stop_reason(done), "stop_sequence": t.stop_sequence(done)}
+        return out + [_event("message_delta", delta=delta, usage=t.usage(done.timings)), _event("message_stop")]
+
+    def _close_text(self) -> list[str]:
+        if not self.text_open:
+            return []
+        self.text_open = False
+        self.index += 1
+        return [_event("content_block_stop", index=self.index - 1)]
+
+
+def _started(model: str, prompt_tokens: int) -> dict[str, Any]:
+    usage = {"input_tokens": prompt_tokens, "output_tokens": 0, "cache_creation_input_tokens": 0,
+             "cache_read_input_tokens": 0}
+    return {"id": t.new_id(), "type": "message", "role": "assistant", "model": model, "content": [],
+            "stop_reason": None, "stop_sequence": None, "usage": usage}
+
+
+def _start(index: int, block: dict[str, Any]) -> str:
+    return _event("content_block_start", index=index, content_block=block)
+
+
+def _delta(index: int, delta: dict[str, Any]) -> str:
+    return _event("content_block_delta", index=index, delta=delta)
+
+
+def _event(kind: str, **fields: Any) -> str:
+    return sse({"type": kind, **fields}, event=kind)

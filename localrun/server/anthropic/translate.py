@@ -1,0 +1,153 @@
+"""Anthropic <-> native: a Messages request into one GenerateRequest, a Done back into a message.
+
+Content blocks map onto the native (OpenAI-shaped) conversation: `text` is content, an assistant's
+`tool_use` blocks are its tool calls, a user's `tool_result` blocks are `tool` messages (before the
+user's own text, since they answer the previous turn), `thinking` is kept as `reasoning_content` for
+templates that render it. Images and documents are refused: no model here has vision.
+"""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+from localrun.errors import InvalidRequest
+from localrun.native import Done, GenerateRequest, Timings
+from localrun.sampling import SamplingParams
+from localrun.server.anthropic.protocol import CountTokensRequest, Message, MessagesRequest, ToolChoice
+
+BILLING_HEADER = "x-anthropic-billing-header:"
+_NATIVE_CHOICE = {"auto": "auto", "any": "required", "none": "none"}
+
+
+def generate_request(body: MessagesRequest) -> GenerateRequest:
+    params = SamplingParams(max_tokens=body.max_tokens, stop=list(body.stop_sequences or []))
+    for name in ("temperature", "top_p", "top_k"):
+        if (value := getattr(body, name)) is not None:
+            setattr(params, name, value)
+    return GenerateRequest(model=body.model, messages=conversation(body), tools=tools(body.tools),
+                           tool_choice=tool_choice(body.tool_choice), sampling=params,
+                           num_ctx=body.num_ctx, keep_alive=body.keep_alive)
+
+
+def conversation(body: CountTokensRequest) -> list[dict[str, Any]]:
+    """The native messages: the system prompt first, then each message's blocks translated."""
+    system = system_text(body.system)
+    messages = [{"role": "system", "content": system}] if system else []
+    for message in body.messages:
+        messages += _messages(message)
+    return messages
+
+
+def system_text(system: str | list[dict[str, Any]] | None) -> str:
+    """The system prompt as text (block cache_control ignored), without Claude Code's per-request
+    billing-header line, which would change the prompt's first tokens and defeat prefix caching."""
+    if isinstance(system, list):
+        system = "\n".join(_text_block(block, "system") for block in system)
+    text = system or ""
+    if text.startswith(BILLING_HEADER):
+        text = text.partition("\n")[2].lstrip("\n")
+    return text
+
+
+def _messages(message: Message) -> list[dict[str, Any]]:
+    if isinstance(message.content, str):
+        return [{"role": message.role, "content": message.content}]
+    texts, calls, results, thinking = [], [], [], []
+    for block in message.content:
+        kind = block.get("type")
+        if kind == "text":
+            texts.append(_text_block(block, "messages"))
+        elif kind == "tool_use" and message.role == "assistant":
+            calls.append({"id": block.get("id"), "type": "function",
+                          "function": {"name": block.get("name"), "arguments": block.get("input") or {}}})
+        elif kind == "tool_result" and message.role == "user":
+            results.append({"role": "tool", "tool_call_id": block.get("tool_use_id"), "content": _result_text(block)})
+        elif kind == "thinking":
+            thinking.append(str(block.get("thinking", "")))
+        elif kind != "redacted_thinking":
+            raise _unsupported(kind)
+    own: dict[str, Any] = {"role": message.role, "content": "\n".join(texts)}
+    if calls:
+        own["tool_calls"] = calls
+    if thinking:
+        own["reasoning_content"] = "\n".join(thinking)
+    return results + ([own] if texts or calls or not results else [])
+
+
+def _result_text(block: dict[str, Any]) -> str:
+    content = block.get("content")
+    if isinstance(content, list):
+        content = "\n".join(_text_block(part, "tool_result") for part in content)
+    text = str(content or "")
+    return f"Error: {text}" if block.get("is_error") else text
+
+
+def _text_block(block: dict[str, Any], where: str) -> str:
+    if not isinstance(block, dict) or block.get("type") != "text":
+        raise _unsupported(block.get("type") if isinstance(block, dict) else type(block).__name__, where)
+    return str(block.get("text", ""))
+
+
+def _unsupported(kind: Any, where: str = "messages") -> InvalidRequest:
+    if kind in ("image", "document"):
+        return InvalidRequest(f"{where}: {kind} content is not supported: this model has no vision")
+    return InvalidRequest(f"{where}: content block of type {kind!r} is not supported")
+
+
+def tools(specs: list[dict[str, Any]] | None) -> list[dict[str, Any]] | None:
+    """Client tools in native form. Anthropic's server tools (web search, code execution: a `type`
+    and no `input_schema`) run on Anthropic's side, so they are left out."""
+    native = []
+    for spec in specs or []:
+        if "input_schema" not in spec and spec.get("type") not in (None, "custom"):
+            continue
+        if not spec.get("name") or not isinstance(spec.get("input_schema"), dict):
+            raise InvalidRequest("tools: each tool needs a name and an input_schema object")
+        native.append({"name": spec["name"], "description": spec.get("description", ""),
+                       "parameters": spec["input_schema"]})
+    return native or None
+
+
+def tool_choice(choice: ToolChoice | None) -> str | dict[str, Any] | None:
+    if choice is None:
+        return None
+    if choice.type == "tool":
+        if not choice.name:
+            raise InvalidRequest("tool_choice: type \"tool\" needs a name")
+        return {"name": choice.name}
+    return _NATIVE_CHOICE[choice.type]
+
+
+# --- responses -------------------------------------------------------------------------------------
+
+def new_id() -> str:
+    return f"msg_{uuid.uuid4().hex[:24]}"
+
+
+def message(done: Done, model: str) -> dict[str, Any]:
+    content = ([{"type": "text", "text": done.text}] if done.text else []) + [tool_use(call) for call in done.tool_calls]
+    return {"id": new_id(), "type": "message", "role": "assistant", "model": model, "content": content,
+            "stop_reason": stop_reason(done), "stop_sequence": stop_sequence(done), "usage": usage(done.timings)}
+
+
+def tool_use(call: Any) -> dict[str, Any]:
+    return {"type": "tool_use", "id": call.id, "name": call.name, "input": call.arguments}
+
+
+def stop_reason(done: Done) -> str:
+    if done.tool_calls:
+        return "tool_use"
+    if done.finish_reason == "length":
+        return "max_tokens"
+    return "stop_sequence" if stop_sequence(done) else "end_turn"
+
+
+def stop_sequence(done: Done) -> str | None:
+    return done.stop_sequence if done.finish_reason == "stop" and not done.tool_calls else None
+
+
+def usage(t: Timings) -> dict[str, int]:
+    """Anthropic counts cached prompt tokens apart: input_tokens are the ones evaluated anew."""
+    return {"input_tokens": t.prompt_tokens - t.cached_tokens, "output_tokens": t.generated_tokens,
+            "cache_creation_input_tokens": 0, "cache_read_input_tokens": t.cached_tokens}

@@ -1,0 +1,115 @@
+"""Tool calls out of generated text, for the formats models are trained on.
+
+    Hermes / Qwen   <tool_call>{"name": "f", "arguments": {...}}</tool_call>   (the closing tag may be missing)
+    Mistral         [TOOL_CALLS][{"name": "f", "arguments": {...}}, ...]   or   [TOOL_CALLS]f[ARGS]{...}
+    Llama 3 JSON    {"name": "f", "parameters": {...}}             at the start of the output
+    plain JSON      {"name": "f", "arguments": {...}} or a list of such objects, at the start of the output
+
+Marked calls are found anywhere; bare JSON only at the very start of the output (that is where models
+put it, and it is what `stream.CallHoldback` holds back) and only when it names a known tool.
+Text around the calls stays text. The parser never raises: what is not a well-formed call is text.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import uuid
+from typing import Any, Collection
+
+from localrun.native import ToolCall
+
+HERMES_OPEN, HERMES_CLOSE = "<tool_call>", "</tool_call>"
+MISTRAL_OPEN, MISTRAL_ARGS = "[TOOL_CALLS]", "[ARGS]"
+MARKERS = (HERMES_OPEN, MISTRAL_OPEN)
+
+_MARKER = re.compile("|".join(re.escape(m) for m in MARKERS))
+_MISTRAL_NAME = re.compile(r"\s*([A-Za-z0-9_.:-]+)" + re.escape(MISTRAL_ARGS))
+_DECODER = json.JSONDecoder()
+
+
+def new_call_id() -> str:
+    return f"call_{uuid.uuid4().hex[:24]}"
+
+
+def parse_tool_calls(text: str, names: Collection[str] | None = None) -> tuple[str, list[ToolCall]]:
+    """(the text without the calls, the calls). Without calls the text comes back unchanged."""
+    calls, pos = _bare_calls(text, names)
+    kept: list[str] = []
+    while match := _MARKER.search(text, pos):
+        kept.append(text[pos:match.start()])
+        end, found = _marked(text, match)
+        if not found:
+            kept.append(match.group())
+        calls += found
+        pos = end
+    kept.append(text[pos:])
+    return ("".join(kept).strip(), calls) if calls else (text, [])
+
+
+def _bare_calls(text: str, names: Collection[str] | None) -> tuple[list[ToolCall], int]:
+    """JSON calls at the start of the text, one after another (separated by whitespace or ';')."""
+    calls: list[ToolCall] = []
+    pos = _skip(text, 0, " \t\r\n")
+    while pos < len(text) and text[pos] in "{[":
+        end, value = _decode(text, pos)
+        found = _calls(value)
+        if not found or (names is not None and any(c.name not in names for c in found)):
+            break
+        calls += found
+        pos = _skip(text, end, " \t\r\n;")
+    return calls, pos if calls else 0
+
+
+def _marked(text: str, match: re.Match[str]) -> tuple[int, list[ToolCall]]:
+    """The calls right after a marker, and where they end (the marker's end when there are none)."""
+    if match.group() == MISTRAL_OPEN and (named := _MISTRAL_NAME.match(text, match.end())):
+        end, arguments = _decode(text, _skip(text, named.end(), " \t\r\n"))
+        found = _calls({"name": named.group(1), "arguments": arguments})
+    else:
+        end, value = _decode(text, _skip(text, match.end(), " \t\r\n"))
+        found = _calls(value)
+    if not found:
+        return match.end(), []
+    if match.group() == HERMES_OPEN:
+        close = _skip(text, end, " \t\r\n")
+        end = close + len(HERMES_CLOSE) if text.startswith(HERMES_CLOSE, close) else end
+    return end, found
+
+
+def _decode(text: str, pos: int) -> tuple[int, Any]:
+    """The JSON value at `pos` and where it ends; (pos, None) when there is none."""
+    try:
+        value, end = _DECODER.raw_decode(text, pos)
+    except (ValueError, RecursionError):
+        return pos, None
+    return end, value
+
+
+def _calls(value: Any) -> list[ToolCall]:
+    """One call per object; a list counts only when every item is a call."""
+    items = value if isinstance(value, list) else [value]
+    calls = [_call(item) for item in items]
+    return calls if calls and all(calls) else []  # type: ignore[return-value]
+
+
+def _call(item: Any) -> ToolCall | None:
+    if isinstance(item, dict) and isinstance(item.get("function"), dict):
+        item = item["function"]  # OpenAI's {"type": "function", "function": {...}}
+    if not isinstance(item, dict) or not isinstance(item.get("name"), str) or not item["name"]:
+        return None
+    arguments = item.get("arguments", item.get("parameters", {}))
+    if isinstance(arguments, str):  # some models (and OpenAI) write the arguments as a JSON string
+        arguments = _decode(arguments.strip(), 0)[1] if arguments.strip() else {}
+    if not isinstance(arguments, dict):
+        return None
+    return ToolCall(id=new_call_id(), name=item["name"], arguments=arguments)
+
+
+def _skip(text: str, pos: int, chars: str) -> int:
+    while pos < len(text) and text[pos] in chars:
+        pos += 1
+    return pos
+
+
+__all__ = ["MARKERS", "new_call_id", "parse_tool_calls"]
