@@ -4,3 +4,4 @@ from localrun.cli import store_commands  # noqa: F401  pull, list, show, rm, cp
 from localrun.cli import daemon_commands  # noqa: F401  serve, stop, status, ps, logs
 from localrun.cli import generate_commands  # noqa: F401  run, chat, batch
 from localrun.cli import doctor_commands  # noqa: F401  doctor
+from localrun.cli import launch_commands  # noqa: F401  launch claude

@@ -35,6 +35,8 @@ class CountTokensRequest(_Lenient):
 class MessagesRequest(CountTokensRequest):
     max_tokens: int = Field(ge=1)
     metadata: dict[str, Any] | None = None
+    output_config: dict[str, Any] | None = None  # {"format": {"type": "json_schema", "schema": {...}}}
+    output_format: dict[str, Any] | None = None  # the same format, as the structured-outputs beta sent it
     stop_sequences: list[str] | None = None
     stream: bool = False
     temperature: float | None = Field(None, ge=0, le=2)  # Anthropic allows 0..1; 2 for OpenAI-minded clients

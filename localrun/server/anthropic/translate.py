@@ -26,8 +26,18 @@ def generate_request(body: MessagesRequest) -> GenerateRequest:
         if (value := getattr(body, name)) is not None:
             setattr(params, name, value)
     return GenerateRequest(model=body.model, messages=conversation(body), tools=tools(body.tools),
-                           tool_choice=tool_choice(body.tool_choice), sampling=params,
-                           num_ctx=body.num_ctx, keep_alive=body.keep_alive)
+                           tool_choice=tool_choice(body.tool_choice), json_schema=output_schema(body),
+                           sampling=params, num_ctx=body.num_ctx, keep_alive=body.keep_alive)
+
+
+def output_schema(body: MessagesRequest) -> dict[str, Any] | None:
+    """Structured output: `output_config.format` (or the beta's `output_format`) as a JSON schema."""
+    fmt = (body.output_config or {}).get("format") or body.output_format
+    if not fmt:
+        return None
+    if fmt.get("type") != "json_schema" or not isinstance(fmt.get("schema"), dict):
+        raise InvalidRequest("output_config.format: expected {\"type\": \"json_schema\", \"schema\": {...}}")
+    return fmt["schema"]
 
 
 def conversation(body: CountTokensRequest) -> list[dict[str, Any]]:
