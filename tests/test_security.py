@@ -1,0 +1,361 @@
+"""Access control and request limits (server/security.py): the pure decisions table-tested, then a
+real daemon started with API keys, extra origins and small limits, probed over loopback HTTP."""
+
+from __future__ import annotations
+
+import re
+import signal
+import subprocess
+import sys
+import time
+
+import httpx
+import pytest
+
+from localrun.config import Config
+from localrun.errors import UsageError
+from localrun.server.security import (Limits, check_bind, is_loopback, json_depth, key_matches, origin_pattern,
+                                      presented_key, split_host)
+from tests.cli import run_cli
+from tests.daemon import free_port, start_daemon
+
+KEYS = ("k-one", "k-two")
+EXTRA_ORIGIN = "https://app.example.com"
+
+
+# --- pure decisions --------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("value, host", [
+    ("localhost:11435", "localhost"), ("LOCALHOST", "localhost"), ("127.0.0.1", "127.0.0.1"),
+    ("[::1]:8080", "::1"), ("[::1]", "::1"), ("::1", "::1"), ("evil.com:80", "evil.com"),
+    ("http://10.0.0.2:8000", "10.0.0.2"), ("0.0.0.0:11435", "0.0.0.0"),
+])
+def test_split_host(value, host):
+    assert split_host(value) == host
+
+
+@pytest.mark.parametrize("host, loopback", [
+    ("localhost", True), ("127.0.0.1", True), ("127.8.9.10", True), ("::1", True),
+    ("0.0.0.0", False), ("::", False), ("10.0.0.2", False), ("localhost.evil.com", False),
+    ("127.0.0.1.nip.io", False), ("evil.com", False), ("", False), ("128.0.0.1", False),
+])
+def test_is_loopback(host, loopback):
+    assert is_loopback(host) is loopback
+
+
+@pytest.mark.parametrize("origin, allowed", [
+    ("http://localhost", True), ("http://localhost:3000", True), ("https://127.0.0.1:8443", True),
+    ("http://[::1]:5173", True), (EXTRA_ORIGIN, True), ("chrome-extension://abc", True),
+    ("http://evil.com", False), ("http://localhost.evil.com", False), ("null", False),
+    ("https://app.example.com.evil.com", False), ("file://", False), ("http://127.0.0.1.evil.com", False),
+])
+def test_origin_pattern(origin, allowed):
+    pattern = re.compile(origin_pattern((EXTRA_ORIGIN + "/", "chrome-extension://*")))
+    assert bool(pattern.fullmatch(origin)) is allowed
+
+
+def test_keys_are_matched_exactly_from_either_header():
+    assert key_matches("k-two", KEYS) and key_matches("k-one", KEYS)
+    for wrong in ("", "k-", "k-one ", "K-ONE", "k-onek-two", "k-one,k-two"):
+        assert not key_matches(wrong, KEYS)
+    assert presented_key({b"authorization": b"Bearer  k-one "}) == "k-one"
+    assert presented_key({b"authorization": b"bearer k-one"}) == "k-one"
+    assert presented_key({b"x-api-key": b"k-two"}) == "k-two"
+    assert presented_key({b"authorization": b"Basic azE6eA=="}) == ""
+
+
+@pytest.mark.parametrize("body, depth", [
+    (b"{}", 1), (b"[[[]]]", 3), (b'{"a": "[[[[[["}', 1), (b'{"a": "\\"[[["}', 1), (b'"plain"', 0),
+    (b'{"a": [{"b": [1, 2]}], "c": {}}', 4),
+])
+def test_json_depth_ignores_brackets_in_strings(body, depth):
+    assert json_depth(body) == depth
+
+
+def test_limits_check_every_dialect_field():
+    limits = Limits(max_body=1000, max_messages=2, max_tokens=100, max_inputs=3)
+    assert limits.check({"messages": [{}, {}], "max_tokens": 100, "input": ["a"] * 3}) is None
+    assert "LOCALRUN_MAX_MESSAGES" in limits.check({"messages": [{}] * 3})
+    assert "LOCALRUN_MAX_INPUTS" in limits.check({"input": ["a"] * 4})
+    assert "LOCALRUN_MAX_INPUTS" in limits.check({"n": 4})
+    for body in ({"max_tokens": 101}, {"max_completion_tokens": 1e9}, {"options": {"num_predict": 101}}):
+        assert "LOCALRUN_MAX_TOKENS" in limits.check(body)
+    assert limits.check(["not", "an", "object"]) is None
+
+
+def test_check_bind_needs_a_key_or_insecure_off_loopback():
+    config = Config.from_env()
+    for host in ("127.0.0.1", "localhost", "::1"):
+        check_bind(host, config, insecure=False)
+    with pytest.raises(UsageError, match="--insecure"):
+        check_bind("0.0.0.0", config, insecure=False)
+    check_bind("0.0.0.0", config, insecure=True)
+    from dataclasses import replace
+
+    check_bind("0.0.0.0", replace(config, api_keys=("k",)), insecure=False)
+
+
+# --- a real daemon with keys ------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def keyed(tmp_path_factory):
+    d = start_daemon(tmp_path_factory.mktemp("keyed-home"), {
+        "LOCALRUN_API_KEY": ",".join(KEYS), "LOCALRUN_ORIGINS": EXTRA_ORIGIN, "LOCALRUN_MAX_BODY": "64KiB",
+        "LOCALRUN_MAX_MESSAGES": "4", "LOCALRUN_MAX_TOKENS": "1000", "LOCALRUN_MAX_INPUTS": "8",
+    })
+    yield d
+    d.stop()
+
+
+@pytest.fixture(scope="module")
+def http(keyed):
+    with httpx.Client(base_url=keyed.url, timeout=30) as client:
+        yield client
+
+
+AUTH = {"Authorization": f"Bearer {KEYS[1]}"}
+
+
+def _dialect_error(path: str, response: httpx.Response, status: int, kind: str) -> str:
+    """The message of an error answer, after checking it has the status and its dialect's shape."""
+    assert response.status_code == status, (path, response.status_code, response.text)
+    body = response.json()
+    if path.startswith("/v1/messages"):
+        assert body["type"] == "error" and body["error"]["type"] == kind
+        return body["error"]["message"]
+    if path.startswith("/v1/"):
+        assert body["error"]["code"] == status and body["error"]["type"] == kind
+        return body["error"]["message"]
+    assert isinstance(body["error"], str)
+    return body["error"]
+
+
+def test_health_needs_no_key(http):
+    assert http.get("/health").json()["status"] == "ok"
+
+
+def test_every_route_but_health_needs_a_key(http):
+    schema = http.get("/openapi.json", headers=AUTH).json()
+    routes = [(method.upper(), path) for path, ops in schema["paths"].items() for method in ops]
+    assert len(routes) >= 10
+    for method, template in routes:
+        path = re.sub(r"\{[^}]+\}", "x", template)
+        response = http.request(method, path, json={"model": "smollm2"})
+        if path == "/health":
+            assert response.status_code == 200
+            continue
+        if method == "HEAD":  # no body to read
+            assert response.status_code == 401
+            continue
+        message = _dialect_error(path, response, 401, "authentication_error")
+        assert "API key" in message and response.headers["www-authenticate"] == "Bearer"
+    assert http.get("/openapi.json").status_code == 401
+
+
+@pytest.mark.parametrize("headers", [
+    {"Authorization": "Bearer k-one"}, {"authorization": "bearer k-two"}, {"x-api-key": "k-one"},
+])
+def test_each_key_works_in_either_header(http, headers):
+    assert http.get("/v1/models", headers=headers).status_code == 200
+
+
+@pytest.mark.parametrize("headers", [
+    {}, {"Authorization": "Bearer k-three"}, {"x-api-key": "k-one,k-two"}, {"Authorization": "k-one"},
+    {"Authorization": "Basic k-one"},
+])
+def test_wrong_or_missing_keys_get_401_in_each_dialect(http, headers):
+    for path in ("/v1/models", "/v1/messages", "/api/tags"):
+        method = "POST" if path == "/v1/messages" else "GET"
+        response = http.request(method, path, headers=headers)
+        kind = "authentication_error"
+        _dialect_error(path, response, 401, kind)
+
+
+@pytest.mark.parametrize("host, status", [
+    ("localhost", 200), ("LOCALHOST:{port}", 200), ("127.0.0.1:{port}", 200), ("127.1.2.3", 200),
+    ("[::1]:{port}", 200), ("evil.example", 403), ("evil.example:{port}", 403),
+    ("localhost.evil.example", 403), ("127.0.0.1.nip.io:{port}", 403), ("192.168.1.10", 403),
+])
+def test_host_header_must_be_loopback(keyed, http, host, status):
+    response = http.get("/api/tags", headers={**AUTH, "Host": host.format(port=keyed.port)})
+    assert response.status_code == status, response.text
+    if status == 403:
+        assert "DNS rebinding" in response.json()["error"]
+
+
+def test_dns_rebinding_is_refused_before_the_key_check(http):
+    response = http.get("/v1/models", headers={"Host": "attacker.example"})
+    assert "loopback" in _dialect_error("/v1/models", response, 403, "permission_error")
+
+
+def test_cors_allows_loopback_and_listed_origins_only(http):
+    for origin in ("http://localhost:3000", "http://127.0.0.1:5173", EXTRA_ORIGIN):
+        response = http.get("/api/tags", headers={**AUTH, "Origin": origin})
+        assert response.status_code == 200
+        assert response.headers["access-control-allow-origin"] == origin
+    response = http.get("/api/tags", headers={**AUTH, "Origin": "http://evil.example"})
+    assert response.status_code == 403 and "LOCALRUN_ORIGINS" in response.json()["error"]
+    assert "access-control-allow-origin" not in response.headers
+
+
+def test_preflight_is_answered_without_a_key(http):
+    preflight = {"Access-Control-Request-Method": "POST", "Access-Control-Request-Headers": "authorization,content-type"}
+    response = http.options("/v1/chat/completions", headers={"Origin": EXTRA_ORIGIN, **preflight})
+    assert response.status_code == 200
+    assert response.headers["access-control-allow-origin"] == EXTRA_ORIGIN
+    assert "authorization" in response.headers["access-control-allow-headers"].lower()
+    assert "POST" in response.headers["access-control-allow-methods"]
+    refused = http.options("/v1/chat/completions", headers={"Origin": "http://evil.example", **preflight})
+    assert refused.status_code == 403
+
+
+def test_a_browser_post_from_a_foreign_page_is_refused(http):
+    """A form-like POST (text/plain: no preflight) from another site must not reach a route."""
+    response = http.post("/api/delete", content='{"model":"smollm2"}',
+                         headers={**AUTH, "Origin": "http://evil.example", "Content-Type": "text/plain"})
+    assert response.status_code == 403
+    assert any(m["name"].startswith("smollm2") for m in http.get("/api/tags", headers=AUTH).json()["models"])
+
+
+@pytest.mark.parametrize("path, kind", [
+    ("/v1/chat/completions", "invalid_request_error"), ("/v1/messages", "request_too_large"), ("/api/chat", ""),
+])
+def test_oversized_bodies_get_413(http, path, kind):
+    big = b'{"model": "smollm2", "prompt": "' + b"a" * 70_000 + b'"}'
+    response = http.post(path, content=big, headers={**AUTH, "Content-Type": "application/json"})
+    message = _dialect_error(path, response, 413, kind) if kind else response.json()["error"]
+    assert response.status_code == 413 and "LOCALRUN_MAX_BODY" in message
+
+
+def test_oversized_chunked_body_without_length_gets_413(http):
+    def chunks():
+        for _ in range(20):
+            yield b"a" * 8192
+
+    response = http.post("/api/generate", content=chunks(), headers={**AUTH, "Content-Type": "application/json"})
+    assert response.status_code == 413
+
+
+@pytest.mark.parametrize("path", ["/v1/chat/completions", "/v1/messages", "/api/chat", "/v1/embeddings"])
+def test_deep_json_gets_400_not_500(http, path):
+    body = '{"model": "smollm2", "messages": ' + "[" * 3000 + "]" * 3000 + "}"
+    response = http.post(path, content=body, headers={**AUTH, "Content-Type": "application/json"})
+    assert response.status_code == 400, response.text
+    assert "nested" in response.text
+
+
+@pytest.mark.parametrize("path, body, setting", [
+    ("/v1/chat/completions", {"messages": [{"role": "user", "content": "hi"}] * 5}, "LOCALRUN_MAX_MESSAGES"),
+    ("/api/chat", {"messages": [{"role": "user", "content": "hi"}] * 5}, "LOCALRUN_MAX_MESSAGES"),
+    ("/v1/messages", {"max_tokens": 10, "messages": [{"role": "user", "content": "hi"}] * 5}, "LOCALRUN_MAX_MESSAGES"),
+    ("/v1/chat/completions", {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 1001}, "LOCALRUN_MAX_TOKENS"),
+    ("/v1/messages", {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 10**12}, "LOCALRUN_MAX_TOKENS"),
+    ("/api/generate", {"prompt": "hi", "options": {"num_predict": 5000}}, "LOCALRUN_MAX_TOKENS"),
+    ("/v1/embeddings", {"input": ["a"] * 9}, "LOCALRUN_MAX_INPUTS"),
+    ("/api/embed", {"input": ["a"] * 9}, "LOCALRUN_MAX_INPUTS"),
+])
+def test_count_limits_get_400_in_the_dialect(http, path, body, setting):
+    response = http.post(path, json={"model": "smollm2", **body}, headers=AUTH)
+    message = _dialect_error(path, response, 400, "invalid_request_error")
+    assert setting in message
+
+
+@pytest.mark.parametrize("name, status", [
+    ("smollm2\x00", 400), ("a\x00/../../etc/passwd", 400), ("..", 400), ("../../etc/passwd:latest", 404),
+    ("smollm2:../../../models", 400), ("x/" * 8 + "y", 400), ("a" * 600, 400), ("", 400),
+    ("../../etc/passwd", 404), ("/etc/passwd", 404), ("~/.ssh/id_rsa", 404),
+])
+def test_hostile_model_names_never_escape_the_store(http, name, status):
+    for path in ("/v1/chat/completions", "/api/show"):
+        response = http.post(path, json={"model": name, "messages": [{"role": "user", "content": "hi"}]},
+                             headers=AUTH)
+        expected = 400 if name == "" and path == "/v1/chat/completions" else status
+        assert response.status_code == expected, (path, name, response.text)
+
+
+def test_a_real_model_file_outside_the_store_is_not_loaded_by_path(http, smollm2_path):
+    """Requests name models in the store; a path is looked up as a name, never opened."""
+    response = http.post("/v1/chat/completions", headers=AUTH,
+                         json={"model": str(smollm2_path), "messages": [{"role": "user", "content": "hi"}]})
+    assert response.status_code == 404 and "not pulled" in response.json()["error"]["message"]
+    assert http.get("/api/ps", headers=AUTH).json()["models"] == []
+
+
+def test_refusals_are_counted_in_metrics(http):
+    http.get("/v1/models")
+    text = http.get("/metrics", headers=AUTH).text
+    assert re.search(r'localrun_requests_total\{route="unrouted",method="GET",status="401"\} [1-9]', text)
+
+
+def test_the_cli_sends_the_key_from_the_environment(keyed):
+    with_key = run_cli("status", env={**keyed.env(), "LOCALRUN_API_KEY": KEYS[1]}, timeout=60)
+    assert with_key.returncode == 0, with_key.stderr
+    assert "is running" in with_key.stdout
+    without = run_cli("ps", env={**keyed.env(), "LOCALRUN_API_KEY": ""}, timeout=60)
+    assert without.returncode != 0
+    assert "API key" in without.stderr and "Traceback" not in without.stderr
+
+
+# --- binding beyond loopback ------------------------------------------------------------------
+
+
+def _serve(home, *args: str, env: dict[str, str]) -> subprocess.Popen:
+    import os
+
+    return subprocess.Popen([sys.executable, "-m", "localrun", "serve", *args],
+                            env={**os.environ, "LOCALRUN_HOME": str(home), **env},
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+
+
+def _wait_health(port: int, proc: subprocess.Popen) -> None:
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        assert proc.poll() is None, proc.stdout.read()
+        try:
+            if httpx.get(f"http://127.0.0.1:{port}/health", timeout=1).status_code == 200:
+                return
+        except httpx.HTTPError:
+            time.sleep(0.2)
+    raise AssertionError("daemon did not become healthy")
+
+
+def _stop(proc: subprocess.Popen) -> None:
+    proc.send_signal(signal.SIGTERM)
+    try:
+        proc.wait(20)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+
+
+def test_public_bind_without_a_key_refuses_to_start(tmp_path):
+    result = run_cli("serve", "--host", "0.0.0.0", "--port", str(free_port()),
+                     env={"LOCALRUN_HOME": str(tmp_path), "LOCALRUN_API_KEY": ""}, timeout=60)
+    assert result.returncode == 2
+    assert "--insecure" in result.stderr and "LOCALRUN_API_KEY" in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_public_bind_with_a_key_serves_any_host_name_but_needs_the_key(tmp_path):
+    port = free_port()
+    proc = _serve(tmp_path, "--host", "0.0.0.0", "--port", str(port), env={"LOCALRUN_API_KEY": "secret"})
+    try:
+        _wait_health(port, proc)
+        url = f"http://127.0.0.1:{port}/api/tags"
+        assert httpx.get(url, headers={"Host": "myserver.lan"}).status_code == 401
+        ok = httpx.get(url, headers={"Host": "myserver.lan", "Authorization": "Bearer secret"})
+        assert ok.status_code == 200
+    finally:
+        _stop(proc)
+
+
+def test_insecure_public_bind_starts_when_asked(tmp_path):
+    port = free_port()
+    proc = _serve(tmp_path, "--host", "0.0.0.0", "--port", str(port), "--insecure", env={"LOCALRUN_API_KEY": ""})
+    try:
+        _wait_health(port, proc)
+        assert httpx.get(f"http://127.0.0.1:{port}/api/tags", headers={"Host": "myserver.lan"}).status_code == 200
+    finally:
+        _stop(proc)
