@@ -37,6 +37,7 @@ class Policy:
     """Retry and timeout settings; tests shrink them, everyone else keeps the defaults."""
 
     retries: int = 6  # consecutive attempts without progress before giving up
+    first_connect_retries: int = 2  # fewer when the server was never reached: no network fails fast
     backoff: float = 0.5  # seconds before the first retry; doubles, capped at 10 s
     connect_timeout: float = 15.0
     read_timeout: float = 60.0
@@ -112,6 +113,7 @@ class Download:
         self._head = b""
         self.offset = 0
         self._last_report = 0.0
+        self._reached = False  # has any response arrived?
 
     def run(self) -> str:
         """Download (or finish downloading) and verify; returns "sha256:<hex>" of the partial file."""
@@ -135,7 +137,8 @@ class Download:
             except (httpx.TransportError, _Retry) as e:
                 error = e
             failures = 0 if self.offset > before else failures + 1
-            if failures > self.policy.retries:
+            limit = self.policy.retries if self._reached else self.policy.first_connect_retries
+            if failures > limit:
                 raise self._give_up(error)
             time.sleep(min(self.policy.backoff * 2 ** max(failures - 1, 0), 10.0))
 
@@ -156,6 +159,7 @@ class Download:
     def _attempt(self) -> bool:
         headers = {"Range": f"bytes={self.offset}-"} if self.offset else {}
         with self.client.stream("GET", self.url, headers=headers) as response:
+            self._reached = True
             if response.status_code == 416 and self.offset and self.offset == self._content_range_total(response):
                 return True  # the partial file is already complete
             self._check_status(response)
