@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
+import subprocess
+import sys
 
 import pytest
 
+from localrun.cli import main
 from localrun.errors import InvalidName, ModelNotFound, NotGGUF, StoreError, UsageError
 from localrun.store import Model, ModelInfo, Store
 from tests.test_pull import assert_blobs_verified, assert_nothing_stored
@@ -148,12 +152,30 @@ def test_corrupt_manifest_is_one_line(store, tiny):
         store.resolve("tiny")
 
 
-@pytest.mark.skipif(os.geteuid() == 0, reason="root ignores file permissions")
-def test_permission_denied_is_a_store_error(tmp_path, tiny):
-    root = tmp_path / "ro"
-    root.mkdir(mode=0o500)
-    with pytest.raises(StoreError, match="permission denied"):
-        Store(root).pull(str(tiny))
+@contextlib.contextmanager
+def unwritable(path):
+    """A directory nobody may write to: chmod for users; root ignores modes, so `chattr +i` for root."""
+    path.mkdir(mode=0o500)
+    as_root = os.geteuid() == 0
+    if as_root and subprocess.run(["chattr", "+i", str(path)], capture_output=True).returncode != 0:
+        pytest.skip("running as root without chattr: cannot make a directory unwritable")
+    try:
+        yield path
+    finally:
+        if as_root:
+            subprocess.run(["chattr", "-i", str(path)], check=True)
+
+
+def test_permission_denied_is_one_line(capsys, monkeypatch, tmp_path, tiny):
+    with unwritable(tmp_path / "ro") as root:
+        with pytest.raises(StoreError, match="permission denied: .*ro/"):
+            Store(root).pull(str(tiny))
+        monkeypatch.setenv("LOCALRUN_HOME", str(root))  # the store is created in <home>/models
+        monkeypatch.setattr(sys, "argv", ["localrun", "pull", str(tiny)])
+        with pytest.raises(SystemExit) as exit_info:
+            main()
+    err = capsys.readouterr().err
+    assert exit_info.value.code == 1 and err.startswith("error: permission denied: ") and err.count("\n") == 1
 
 
 def test_an_unwritable_root_is_a_store_error(tmp_path, tiny):

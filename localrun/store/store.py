@@ -198,7 +198,7 @@ class Store:
         with self._lock(key):
             if digest and self.layout.blob(digest).is_file():
                 return digest, read_info(self.layout.blob(digest))
-            label = f"pulling {(remote.sha256 or key.removeprefix('url-'))[:12]}"
+            label = f"pulling {remote.sha256[:12] or remote.url.rsplit('/', 1)[-1][:40]}"
             partial = self.layout.partial_file(key)
             got = Download(client, remote.url, partial, sha256=remote.sha256, policy=self.policy,
                            progress=lambda done, total: emit(PullProgress(label, digest, total, done))).run()
