@@ -139,10 +139,14 @@ class PullBar:
         self.tasks: dict[str, Any] = {}
 
     def __call__(self, event) -> None:
-        task = self.tasks.get(event.status)
-        if task is None:
-            task = self.tasks[event.status] = self.progress.add_task(event.status, total=event.total or None)
-        self.progress.update(task, completed=event.completed, total=event.total or None)
+        if event.total:  # bytes: one bar per download
+            task = self.tasks.get(event.status)
+            if task is None:
+                task = self.tasks[event.status] = self.progress.add_task(event.status, total=event.total)
+            self.progress.update(task, completed=event.completed, total=event.total)
+        elif event.status != "success" and event.status not in self.tasks:  # a step: one line above the bars
+            self.tasks[event.status] = None
+            self.progress.console.print(event.status, highlight=False)
 
     def close(self) -> None:
         self.progress.stop()
