@@ -68,7 +68,7 @@ class Store:
             raise UsageError("--link works only with a local file path")
         emit(PullProgress("pulling manifest"))
         with _os_errors(), self._lock("name-" + _short_hash(str(self._canonical(reference)))):
-            manifest = self._present(reference, link)
+            manifest = self._present(reference)
             if manifest is None:
                 manifest = self._fetch(reference, link, emit)
         emit(PullProgress("success", manifest.digest))
@@ -109,7 +109,7 @@ class Store:
         entry = load_catalogue().find(reference.name) if reference.kind == "name" else None
         return entry.name if entry else reference.name
 
-    def _present(self, reference: Reference, link: bool) -> Manifest | None:
+    def _present(self, reference: Reference) -> Manifest | None:
         """The manifest a pull can return at once: same source, blob (or linked file) intact."""
         if reference.kind == "path":
             return None  # a local file may have changed under the same name: always re-import
