@@ -1,0 +1,266 @@
+"""The Anthropic Messages API through the official `anthropic` client, against the real daemon.
+
+This SDK version no longer takes `temperature` as an argument, so greedy decoding goes in
+`extra_body`, as Claude Code's own requests carry it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import time
+from pathlib import Path
+
+import anthropic
+import httpx
+import jsonschema
+import pytest
+
+from localrun.server.anthropic.stream import with_pings
+from localrun.server.anthropic.translate import system_text
+from tests.tool_fixtures import ADD, WEATHER
+
+MODEL = "smollm2"
+GREEDY = {"extra_body": {"temperature": 0}}
+
+
+def anthropic_tool(tool: dict) -> dict:
+    return {"name": tool["name"], "description": tool["description"], "input_schema": tool["parameters"]}
+
+
+TOOLS = [anthropic_tool(WEATHER), anthropic_tool(ADD)]
+
+
+@pytest.fixture(scope="module")
+def client(daemon):
+    return anthropic.Anthropic(base_url=daemon.url, api_key="unused", max_retries=0)
+
+
+def ask(text: str) -> list[dict]:
+    return [{"role": "user", "content": text}]
+
+
+def test_create_answers_with_text_and_usage(client):
+    message = client.messages.create(model=MODEL, max_tokens=20, messages=ask("Name a color."), **GREEDY)
+    assert message.type == "message" and message.role == "assistant" and message.id.startswith("msg_")
+    assert message.model == MODEL
+    [block] = message.content
+    assert block.type == "text" and block.text
+    assert message.stop_reason in ("end_turn", "max_tokens")
+    assert message.usage.input_tokens + message.usage.cache_read_input_tokens > 5
+    assert 0 < message.usage.output_tokens <= 20
+
+
+def test_stream_accumulates_to_the_created_message(client):
+    request = dict(model=MODEL, max_tokens=30, system="You are terse.", messages=ask("Count to five."), **GREEDY)
+    created = client.messages.create(**request)
+    with client.messages.stream(**request) as stream:
+        deltas = [event.delta.text for event in stream if event.type == "content_block_delta"]
+        streamed = stream.get_final_message()
+    assert "".join(deltas) == created.content[0].text
+    assert [b.model_dump(exclude={"parsed_output"}) for b in streamed.content] == \
+        [b.model_dump() for b in created.content]
+    assert (streamed.stop_reason, streamed.stop_sequence) == (created.stop_reason, created.stop_sequence)
+    assert streamed.usage.output_tokens == created.usage.output_tokens
+    total = created.usage.input_tokens + created.usage.cache_read_input_tokens
+    assert streamed.usage.input_tokens + streamed.usage.cache_read_input_tokens == total
+    assert streamed.usage.cache_read_input_tokens > 0  # the same prompt again: its prefix was cached
+
+
+def test_raw_stream_follows_anthropics_event_sequence(daemon):
+    body = {"model": MODEL, "max_tokens": 8, "stream": True, "temperature": 0, "messages": ask("Hi")}
+    headers = {"x-api-key": "k", "anthropic-version": "2023-06-01", "anthropic-beta": "prompt-caching-2024-07-31"}
+    with httpx.stream("POST", f"{daemon.url}/v1/messages?beta=true", json=body, headers=headers, timeout=60) as r:
+        assert r.status_code == 200 and r.headers["content-type"].startswith("text/event-stream")
+        lines = [line for line in r.iter_lines() if line]
+    names = [line.removeprefix("event: ") for line in lines if line.startswith("event: ")]
+    data = [json.loads(line.removeprefix("data: ")) for line in lines if line.startswith("data: ")]
+    assert [d["type"] for d in data] == names
+    assert names[:3] == ["message_start", "ping", "content_block_start"]
+    assert names[-3:] == ["content_block_stop", "message_delta", "message_stop"]
+    assert set(names[3:-3]) == {"content_block_delta"}
+    assert data[names.index("message_delta")]["delta"]["stop_reason"] in ("end_turn", "max_tokens")
+
+
+def test_forced_tool_use_streams_as_input_json_and_matches_create(client):
+    request = dict(model=MODEL, max_tokens=80, tools=TOOLS, tool_choice={"type": "any"},
+                   messages=ask("What is the weather in Paris?"), **GREEDY)
+    created = client.messages.create(**request)
+    [use] = created.content
+    assert use.type == "tool_use" and created.stop_reason == "tool_use"
+    jsonschema.validate(use.input, next(t["input_schema"] for t in TOOLS if t["name"] == use.name))
+    with client.messages.stream(**request) as stream:
+        events = list(stream)
+        streamed = stream.get_final_message()
+    kinds = [e.delta.type for e in events if e.type == "content_block_delta"]
+    assert kinds and set(kinds) == {"input_json_delta"}
+    [streamed_use] = streamed.content
+    assert (streamed_use.name, streamed_use.input, streamed.stop_reason) == (use.name, use.input, "tool_use")
+
+
+def test_named_tool_choice_is_honoured(client):
+    message = client.messages.create(model=MODEL, max_tokens=80, tools=TOOLS,
+                                     tool_choice={"type": "tool", "name": "add"},
+                                     messages=ask("What is the weather in Paris?"), **GREEDY)
+    [use] = message.content
+    assert use.name == "add"
+    jsonschema.validate(use.input, ADD["parameters"])
+
+
+def test_full_tool_round_trip(client):
+    question = ask("What is 2 plus 3? Use the add tool.")
+    first = client.messages.create(model=MODEL, max_tokens=80, tools=TOOLS, tool_choice={"type": "tool", "name": "add"},
+                                   messages=question, **GREEDY)
+    [use] = first.content
+    conversation = question + [
+        {"role": "assistant", "content": [block.model_dump(exclude_none=True) for block in first.content]},
+        {"role": "user", "content": [
+            {"type": "tool_result", "tool_use_id": use.id, "content": [{"type": "text", "text": "5"}]},
+            {"type": "text", "text": "Now tell me the answer in words."}]},
+    ]
+    answer = client.messages.create(model=MODEL, max_tokens=30, tools=TOOLS, messages=conversation, **GREEDY)
+    assert answer.content and answer.content[0].type == "text" and answer.content[0].text
+    assert answer.stop_reason in ("end_turn", "max_tokens")
+    counted = client.messages.count_tokens(model=MODEL, tools=TOOLS, messages=conversation).input_tokens
+    assert counted == answer.usage.input_tokens + answer.usage.cache_read_input_tokens
+
+
+def test_count_tokens_is_the_prompt_size_of_a_generation(client):
+    request = dict(model=MODEL, system=[{"type": "text", "text": "Be kind.", "cache_control": {"type": "ephemeral"}}],
+                   tools=TOOLS, messages=ask("Hello there"))
+    counted = client.messages.count_tokens(**request).input_tokens
+    message = client.messages.create(max_tokens=5, **request, **GREEDY)
+    assert counted > 100  # the tool prompt is in it
+    assert counted == message.usage.input_tokens + message.usage.cache_read_input_tokens
+    without_tools = client.messages.count_tokens(model=MODEL, messages=ask("Hello there")).input_tokens
+    assert 0 < without_tools < counted
+
+
+def test_stop_sequence_and_max_tokens_stop_reasons(client):
+    free = client.messages.create(model=MODEL, max_tokens=40, messages=ask("List three fruits."), **GREEDY)
+    text = free.content[0].text
+    words = text.split()
+    assert len(words) > 4, text
+    stop = words[3]
+    stopped = client.messages.create(model=MODEL, max_tokens=40, stop_sequences=["@@never@@", stop],
+                                     messages=ask("List three fruits."), **GREEDY)
+    assert (stopped.stop_reason, stopped.stop_sequence) == ("stop_sequence", stop)
+    assert stopped.content[0].text == text[:text.index(stop)]
+    short = client.messages.create(model=MODEL, max_tokens=3, messages=ask("List three fruits."), **GREEDY)
+    assert (short.stop_reason, short.usage.output_tokens) == ("max_tokens", 3)
+
+
+def test_thinking_blocks_and_string_tool_results_are_accepted(client):
+    conversation = [
+        {"role": "user", "content": "Add 1 and 1."},
+        {"role": "assistant", "content": [
+            {"type": "thinking", "thinking": "I should use add.", "signature": "x"},
+            {"type": "tool_use", "id": "toolu_1", "name": "add", "input": {"a": 1, "b": 1}}]},
+        {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_1", "content": "boom",
+                                      "is_error": True}]},
+    ]
+    message = client.messages.create(model=MODEL, max_tokens=10, tools=TOOLS, messages=conversation,
+                                     metadata={"user_id": "u1"}, extra_body={"temperature": 0, "top_k": 5, "top_p": 0.9})
+    assert message.content
+
+
+# --- errors --------------------------------------------------------------------------------------------
+
+def _post(daemon, body: dict) -> httpx.Response:
+    return httpx.post(f"{daemon.url}/v1/messages", json=body, timeout=60)
+
+
+def _error_type(response: httpx.Response) -> tuple[int, str]:
+    body = response.json()
+    assert body["type"] == "error" and body["error"]["message"]
+    return response.status_code, body["error"]["type"]
+
+
+def test_errors_use_anthropics_envelope(daemon, client):
+    assert _error_type(_post(daemon, {"model": MODEL, "messages": ask("hi")})) == (400, "invalid_request_error")
+    assert _error_type(_post(daemon, {"model": "no-such-model", "max_tokens": 5, "messages": ask("hi")})) == \
+        (404, "not_found_error")
+    image = {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": "iVBORw0KGgo="}}
+    response = _post(daemon, {"model": MODEL, "max_tokens": 5, "messages": [{"role": "user", "content": [image]}]})
+    assert _error_type(response) == (400, "invalid_request_error") and "vision" in response.json()["error"]["message"]
+    with pytest.raises(anthropic.BadRequestError, match="context"):
+        client.messages.create(model=MODEL, max_tokens=5, messages=ask("hello " * 5000))
+    with pytest.raises(anthropic.NotFoundError):
+        client.messages.count_tokens(model="no-such-model", messages=ask("hi"))
+
+
+def test_billing_header_line_is_stripped_from_the_system_prompt():
+    blocks = [{"type": "text", "text": "x-anthropic-billing-header: cc_version=2.0.1; cch=abc;"},
+              {"type": "text", "text": "You are Claude Code.", "cache_control": {"type": "ephemeral"}}]
+    assert system_text(blocks) == "You are Claude Code."
+    assert system_text("x-anthropic-billing-header: a\n\nRules.") == "Rules."
+    assert system_text("Rules.\nx-anthropic-billing-header: a") == "Rules.\nx-anthropic-billing-header: a"
+
+
+def test_pings_fill_silences_and_the_pending_read_is_cancelled_on_exit():
+    cancelled = asyncio.Event()
+
+    async def slow():
+        yield "a"
+        try:
+            await asyncio.sleep(0.35)
+        except asyncio.CancelledError:
+            cancelled.set()
+            raise
+        yield "b"
+
+    async def collect(limit: int | None = None) -> list:
+        seen = []
+        pinged = with_pings(slow(), 0.1)
+        async for item in pinged:
+            seen.append(item)
+            if limit and len(seen) >= limit:
+                await pinged.aclose()
+                break
+        return seen
+
+    items = asyncio.run(collect())
+    assert items[0] == "a" and items[-1] == "b" and 2 <= items.count(None) <= 4
+
+    async def stop_early() -> bool:
+        await collect(limit=2)
+        await asyncio.sleep(0)
+        return cancelled.is_set()
+
+    assert asyncio.run(stop_early())
+
+
+@pytest.fixture
+def busy_daemon(tmp_path):
+    """A daemon with one slot and no queue: a second request is refused at once."""
+    from tests.daemon import start_daemon
+
+    d = start_daemon(tmp_path / "busy", {"LOCALRUN_PARALLEL": "1", "LOCALRUN_MAX_QUEUE": "0"})
+    yield d
+    d.stop()
+
+
+def _runner_pid(daemon_pid: int) -> int:
+    for _ in range(100):
+        children = Path(f"/proc/{daemon_pid}/task/{daemon_pid}/children").read_text().split()
+        if children:
+            return int(children[0])
+        time.sleep(0.1)
+    raise AssertionError("no runner process")
+
+
+def test_full_queue_is_overloaded_and_a_crash_mid_stream_is_an_error_event(busy_daemon):
+    client = anthropic.Anthropic(base_url=busy_daemon.url, api_key="unused", max_retries=0)
+    request = dict(model=MODEL, max_tokens=400, messages=ask("Write a long story about the sea."),
+                   extra_body={"temperature": 0})
+    with client.messages.stream(**request) as stream:
+        events = iter(stream)
+        next(e for e in events if e.type == "content_block_delta")
+        with pytest.raises(anthropic.APIStatusError) as refused:
+            client.messages.create(**request)
+        assert refused.value.status_code == 503 and refused.value.body["error"]["type"] == "overloaded_error"
+        os.kill(_runner_pid(busy_daemon.proc.pid), signal.SIGKILL)
+        with pytest.raises(anthropic.APIStatusError, match="runner crashed"):
+            list(events)
