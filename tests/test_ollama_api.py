@@ -183,7 +183,7 @@ def test_keep_alive_zero_unloads_and_an_empty_request_loads(client):
     assert "smollm2:135m" in running(client)
     unloaded = client.generate(model=MODEL, prompt="", keep_alive=0)
     assert unloaded.done_reason == "unload" and "smollm2:135m" not in running(client)
-    assert client.chat(model=MODEL, messages=[], keep_alive=-1).done_reason == "load"
+    assert [p.done_reason for p in client.chat(model=MODEL, messages=[], keep_alive=-1, stream=True)] == ["load"]
     ps = client.ps().models[0]
     assert ps.model == "smollm2:135m" and ps.expires_at.year > 2200 and ps.context_length > 0  # -1: forever
 
@@ -222,6 +222,12 @@ def test_bad_chat_input_is_400(daemon):
     for messages in ([{"role": "robot", "content": "hi"}], [{"role": "user", "content": "hi", "images": ["eA=="]}]):
         r = httpx.post(f"{daemon.url}/api/chat", json={"model": MODEL, "messages": messages}, timeout=60)
         assert r.status_code == 400 and set(r.json()) == {"error"}
+
+
+def test_root_and_version(daemon):
+    assert httpx.get(daemon.url + "/").text == "localrun is running"
+    assert httpx.head(daemon.url + "/").status_code == 200
+    assert httpx.get(daemon.url + "/api/version").json()["version"]
 
 
 def test_curl_style_body_and_default_streaming(daemon):

@@ -57,7 +57,7 @@ def test_generate_puts_system_and_prompt_through_the_chat_template():
     r = t.generate_request(GenerateRequest(model="m", prompt="hi", system="be brief", keep_alive="1m",
                                            options={"num_ctx": 1024}), CTX)
     assert r.messages == [{"role": "system", "content": "be brief"}, {"role": "user", "content": "hi"}]
-    assert r.prompt is None and r.num_ctx == 1024 and r.keep_alive == "1m"
+    assert r.prompt is None and r.num_ctx == 1024 and r.keep_alive == 60.0
 
 
 def test_raw_generate_uses_the_prompt_as_is():

@@ -11,6 +11,7 @@ import math
 from datetime import datetime, timezone
 from typing import Any
 
+from localrun.durations import parse_duration
 from localrun.errors import InvalidRequest
 from localrun.native import Done, GenerateRequest as NativeRequest, Timings
 from localrun.sampling import SamplingParams
@@ -67,8 +68,9 @@ def chat_request(body: ChatRequest, default_ctx: int) -> NativeRequest:
 
 
 def _native(body: GenerateRequest | ChatRequest, default_ctx: int) -> NativeRequest:
+    keep_alive = parse_duration(body.keep_alive) if body.keep_alive is not None else None
     request = NativeRequest(model=body.model, sampling=sampling(body.options, default_ctx),
-                            num_ctx=body.options.num_ctx if body.options else None, keep_alive=body.keep_alive)
+                            num_ctx=body.options.num_ctx if body.options else None, keep_alive=keep_alive)
     if isinstance(body.format, dict):
         request.json_schema = body.format
     elif body.format == "json":
