@@ -35,6 +35,7 @@ class SamplingFields(_Lenient):
     min_p: float | None = Field(None, ge=0, le=1)
     typical_p: float | None = Field(None, ge=0, le=1)
     repeat_penalty: float | None = Field(None, ge=0)
+    ignore_eos: bool = False
     num_ctx: int | None = Field(None, ge=16, description="localrun: context length per slot for this model")
     keep_alive: str | float | None = Field(None, description="localrun: how long the model stays loaded")
 

@@ -15,7 +15,7 @@ from localrun.server.openai.protocol import ChatCompletionRequest, CompletionReq
 
 def sampling(body: SamplingFields, max_tokens: int | None, logprobs: int | None) -> SamplingParams:
     """Request value, then llama.cpp's default (SamplingParams' own) for everything not given."""
-    params = SamplingParams(max_tokens=max_tokens, logprobs=logprobs, seed=body.seed)
+    params = SamplingParams(max_tokens=max_tokens, logprobs=logprobs, seed=body.seed, ignore_eos=body.ignore_eos)
     for name in ("temperature", "top_p", "top_k", "min_p", "typical_p", "repeat_penalty",
                  "presence_penalty", "frequency_penalty"):
         value = getattr(body, name)
