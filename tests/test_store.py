@@ -128,13 +128,6 @@ def test_unknown_names_get_suggestions(store, tiny):
         store.copy("tiny", "../escape")
 
 
-def test_an_alias_resolves_to_its_catalogue_name(store, smollm2_path):
-    store.pull("smollm2")
-    for ref in ("smollm2", "smollm2:135m", "smollm"):
-        assert store.resolve(ref).name == "smollm2:135m"
-    assert store.resolve("smollm2").path.read_bytes() == smollm2_path.read_bytes()
-
-
 def test_list_ignores_temp_files_and_a_missing_blob_is_reported(store, tiny):
     model = store.pull(str(tiny))
     (store.layout.manifests / "tiny" / ".latest.12345.tmp").write_text("{half a manifest")
