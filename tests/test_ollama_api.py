@@ -89,7 +89,8 @@ def test_format_json_and_schema_parse(client):
                     format="json", options={"temperature": 0, "num_predict": 48})
     assert isinstance(json.loads(r.message.content), dict)
     schema = {"type": "object", "properties": {"answer": {"type": "integer"}}, "required": ["answer"]}
-    r = client.generate(model=MODEL, prompt="What is 2+2?", format=schema, options={"temperature": 0, "num_predict": 24})
+    r = client.generate(model=MODEL, prompt="What is 2+2?", format=schema,
+                        options={"temperature": 0, "num_predict": 24})
     assert isinstance(json.loads(r.response)["answer"], int)
 
 
@@ -103,9 +104,9 @@ def test_seed_reproduces_sampled_output(client):
 
 
 def test_tools_are_accepted_and_mapped(client):
-    tool = {"type": "function", "function": {"name": "get_weather", "description": "Weather in a city",
-                                             "parameters": {"type": "object", "properties": {"city": {"type": "string"}},
-                                                            "required": ["city"]}}}
+    parameters = {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}
+    tool = {"type": "function",
+            "function": {"name": "get_weather", "description": "Weather in a city", "parameters": parameters}}
     messages = [{"role": "user", "content": "Weather in Paris?"},
                 {"role": "assistant", "content": "", "tool_calls": [{"function": {"name": "get_weather",
                                                                                   "arguments": {"city": "Paris"}}}]},

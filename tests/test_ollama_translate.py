@@ -88,15 +88,16 @@ def test_refused_generate_fields(body, words):
 
 
 def test_chat_maps_tools_and_tool_messages_into_the_native_shape():
-    tool = {"type": "function", "function": {"name": "weather", "description": "d",
-                                             "parameters": {"type": "object", "properties": {"city": {"type": "string"}}}}}
+    parameters = {"type": "object", "properties": {"city": {"type": "string"}}}
+    tool = {"type": "function", "function": {"name": "weather", "description": "d", "parameters": parameters}}
     body = ChatRequest(model="m", tools=[tool], messages=[
         {"role": "user", "content": "weather?"},
-        {"role": "assistant", "content": None, "tool_calls": [{"function": {"name": "weather", "arguments": {"city": "Oslo"}}}]},
+        {"role": "assistant", "content": None,
+         "tool_calls": [{"function": {"name": "weather", "arguments": {"city": "Oslo"}}}]},
         {"role": "tool", "content": "cold", "tool_name": "weather"},
     ])
     r = t.chat_request(body, CTX)
-    assert r.tools == [{"name": "weather", "description": "d", "parameters": tool["function"]["parameters"]}]
+    assert r.tools == [{"name": "weather", "description": "d", "parameters": parameters}]
     assert r.messages[1] == {"role": "assistant", "content": "", "tool_calls": [
         {"id": "call_1_0", "type": "function", "function": {"name": "weather", "arguments": {"city": "Oslo"}}}]}
     assert r.messages[2] == {"role": "tool", "content": "cold", "name": "weather"}
