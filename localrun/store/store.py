@@ -15,6 +15,7 @@ import errno
 import hashlib
 import importlib.util
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -156,9 +157,7 @@ class Store:
                 remote = hf_lookup(client, reference.repo, reference.quant, mirror)
             else:
                 remote = Remote(rewrite_host(reference.url, mirror))
-            digest, info = self._download(client, remote, emit)
-        source = reference.url or remote.url
-        return self._record(reference.name, digest, source, info.facts, emit)
+            return self._download(client, remote, _Target(reference.name, reference.url or remote.url, emit))
 
     def _from_catalogue(self, reference: Reference, emit: Progress) -> Manifest:
         entry = load_catalogue().find(reference.name)
@@ -166,82 +165,78 @@ class Store:
             close = load_catalogue().suggest(str(reference.name))
             hint = f"; did you mean {', '.join(close)}?" if close else " (see models.toml)"
             raise ModelNotFound(f"model {str(reference.name).removesuffix(':latest')!r} is not in the catalogue{hint}")
+        defaults = {"num_ctx": entry.ctx}
         bundled = _package_file(entry)
         if bundled:
-            digest, info = self._import(bundled, entry.sha256, emit)
-            source = f"package:{entry.package}"
-        else:
-            with self.policy.client() as client:
-                digest, info = self._download(client, catalogue_remote(entry, config.raw("LOCALRUN_MIRROR")), emit)
-            source = catalogue_remote(entry).url
-        return self._record(entry.name, digest, source, info.facts, emit, {"num_ctx": entry.ctx})
+            return self._import(bundled, entry.sha256, _Target(entry.name, f"package:{entry.package}", emit, defaults))
+        target = _Target(entry.name, catalogue_remote(entry).url, emit, defaults)
+        with self.policy.client() as client:
+            return self._download(client, catalogue_remote(entry, config.raw("LOCALRUN_MIRROR")), target)
 
     def _from_file(self, reference: Reference, link: bool, emit: Progress) -> Manifest:
         path = Path(reference.path).expanduser().resolve()
         if not path.is_file():
             raise ModelNotFound(f"no such file: {path}")
+        target = _Target(reference.name, f"file:{path}", emit)
         if not link:
-            digest, info = self._import(path, "", emit)
-            return self._record(reference.name, digest, f"file:{path}", info.facts, emit)
+            return self._import(path, "", target)
         before = path.stat()
-        digest = self._hash(path, before.st_size, emit)
+        label = f"pulling {path.name[:40]}"
+        digest = hash_file(path, lambda done: emit(PullProgress(label, "", before.st_size, done)))
         info = read_info(path)
         after = path.stat()
         if (after.st_size, after.st_mtime_ns) != (before.st_size, before.st_mtime_ns):
             raise StoreError(f"{path} changed while it was being verified; try again")
-        return self._record(reference.name, digest, f"file:{path}", info.facts, emit,
-                            link=Link(str(path), after.st_size, after.st_mtime_ns))
+        return self._commit(target, digest, info, link=Link(str(path), after.st_size, after.st_mtime_ns))
 
-    def _download(self, client, remote: Remote, emit: Progress) -> tuple[str, ModelInfo]:
+    def _download(self, client, remote: Remote, target: _Target) -> Manifest:
+        """Download under a lock per file, so a second pull of the same bytes waits and reuses them."""
         digest = f"sha256:{remote.sha256}" if remote.sha256 else ""
         key = digest_key(digest) if digest else url_key(remote.url)
         with self._lock(key):
             if digest and self.layout.blob(digest).is_file():
-                return digest, read_info(self.layout.blob(digest))
+                return self._commit(target, digest, read_info(self.layout.blob(digest)))
             label = f"pulling {remote.sha256[:12] or remote.url.rsplit('/', 1)[-1][:40]}"
             partial = self.layout.partial_file(key)
             got = Download(client, remote.url, partial, sha256=remote.sha256, policy=self.policy,
-                           progress=lambda done, total: emit(PullProgress(label, digest, total, done))).run()
-            return got, self._accept(partial, got, emit)
+                           progress=lambda done, total: target.emit(PullProgress(label, digest, total, done))).run()
+            return self._commit(target, got, self._validate(partial, got, target.emit), partial)
 
-    def _import(self, src: Path, sha256: str, emit: Progress) -> tuple[str, ModelInfo]:
+    def _import(self, src: Path, sha256: str, target: _Target) -> Manifest:
         """Copy a local file into the store through `partial/`, hashing on the way."""
         key = "import-" + _short_hash(str(src))
         with self._lock(key):
             partial = self.layout.partial_file(key)
-            label = f"pulling {sha256[:12] or src.name[:24]}"
+            label = f"pulling {sha256[:12] or src.name[:40]}"
             size = src.stat().st_size
-            digest = hash_file(src, lambda done: emit(PullProgress(label, "", size, done)), copy_to=partial)
+            digest = hash_file(src, lambda done: target.emit(PullProgress(label, "", size, done)), copy_to=partial)
             if sha256 and digest != f"sha256:{sha256}":
                 partial.unlink(missing_ok=True)
                 raise ChecksumMismatch(f"{src}: checksum mismatch (expected sha256:{sha256[:12]}…, "
                                        f"got {digest[:19]}…); nothing was stored")
-            return digest, self._accept(partial, digest, emit)
+            return self._commit(target, digest, self._validate(partial, digest, target.emit), partial)
 
-    def _accept(self, partial: Path, digest: str, emit: Progress) -> ModelInfo:
-        """Validate a verified partial file as GGUF and move it into blobs/."""
+    def _validate(self, partial: Path, digest: str, emit: Progress) -> ModelInfo:
+        """Parse a checksum-verified partial file as GGUF; a file that is not one is deleted."""
         emit(PullProgress("verifying sha256 digest", digest))
         try:
-            info = read_info(partial, partial.name)
+            return read_info(partial, partial.name)
         except LocalrunError:
             partial.unlink(missing_ok=True)
             raise
-        with self._lock("gc"):
-            install_blob(self.layout, partial, digest)
-        return info
 
-    def _hash(self, path: Path, size: int, emit: Progress) -> str:
-        label = f"pulling {path.name[:24]}"
-        return hash_file(path, lambda done: emit(PullProgress(label, "", size, done)))
-
-    def _record(self, name: Name, digest: str, source: str, facts, emit: Progress,
-                defaults: dict | None = None, link: Link | None = None) -> Manifest:
-        emit(PullProgress("writing manifest", digest))
-        size = link.size if link else self.layout.blob(digest).stat().st_size
-        manifest = Manifest(name, digest, size, source, _now(), facts, link, defaults or {})
+    def _commit(self, target: _Target, digest: str, info: ModelInfo, partial: Path | None = None,
+                link: Link | None = None) -> Manifest:
+        """Move the verified file into blobs/ and write the manifest, both under the GC lock, so a
+        concurrent `rm` can never collect the blob between the two."""
+        target.emit(PullProgress("writing manifest", digest))
         with self._lock("gc"):
-            if not link and not self.layout.blob(digest).is_file():
-                raise StoreError(f"{name}: its blob vanished while pulling; try again")
+            if partial is not None:
+                install_blob(self.layout, partial, digest)
+            elif not link and not self.layout.blob(digest).is_file():
+                raise StoreError(f"{target.name}: its file vanished while pulling; try again")
+            size = link.size if link else self.layout.blob(digest).stat().st_size
+            manifest = Manifest(target.name, digest, size, target.source, _now(), info.facts, link, target.defaults)
             write_manifest(self.layout, manifest)
         return manifest
 
@@ -258,6 +253,16 @@ class Store:
         for digest in list(self.layout.blob_digests()):
             if digest not in referenced:
                 self.layout.blob(digest).unlink(missing_ok=True)
+
+
+@dataclass(frozen=True, slots=True)
+class _Target:
+    """What a pull records once the bytes are verified: the name, where they came from, defaults."""
+
+    name: Name
+    source: str
+    emit: Progress
+    defaults: dict = field(default_factory=dict)
 
 
 def _package_file(entry: Entry) -> Path | None:
