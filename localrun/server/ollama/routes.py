@@ -79,8 +79,8 @@ async def pull(body: PullRequest, request: Request) -> Any:
 async def _pull_progress(store: Any, ref: str) -> AsyncIterator[str]:
     """Run the (synchronous) pull in a worker thread and forward its progress as NDJSON lines.
 
-    If the client goes away the pull still finishes in its thread: a model half-downloaded
-    on a dropped connection would only be downloaded again on the next try."""
+    If the client goes away, the pull carries on to its end in the thread (a blocking download
+    cannot be interrupted from here), so the model is there for the next request anyway."""
     loop = asyncio.get_running_loop()
     queue: asyncio.Queue[PullProgress | None] = asyncio.Queue()
     sent = [0.0]
@@ -92,8 +92,12 @@ async def _pull_progress(store: Any, ref: str) -> AsyncIterator[str]:
         sent[0] = now
         loop.call_soon_threadsafe(queue.put_nowait, event)
 
+    def finished(future: asyncio.Future[Any]) -> None:  # runs after every emit already queued
+        future.exception()  # seen, even when the client left before it could be told
+        queue.put_nowait(None)
+
     task = asyncio.ensure_future(asyncio.to_thread(store.pull, ref, progress=emit))
-    task.add_done_callback(lambda _: queue.put_nowait(None))  # runs after every emit already queued
+    task.add_done_callback(finished)
     while (event := await queue.get()) is not None:
         yield ndjson(event.to_dict())
     task.result()  # the pull's error, if any, becomes the final {"error": ...} line
