@@ -18,7 +18,7 @@ from typing import Any, AsyncIterator, Awaitable, Callable, Protocol
 
 from localrun.config import Config
 from localrun.durations import parse_duration
-from localrun.errors import Overloaded
+from localrun.errors import DaemonUnavailable, Overloaded
 from localrun.server.memory import estimate_bytes, memory_budget
 from localrun.server.runner_process import RunnerOptions, RunnerProcess
 
@@ -71,6 +71,7 @@ class ModelManager:
         self.budget = memory_budget(config.memory_budget)
         self._lock = asyncio.Lock()
         self._reaper: asyncio.Task[None] | None = None
+        self.closing = False
 
     def options(self, num_ctx: int | None) -> RunnerOptions:
         c = self.config
@@ -95,6 +96,8 @@ class ModelManager:
                 asyncio.get_running_loop().create_task(self.unload(loaded))
 
     async def _acquire(self, name: str, num_ctx: int | None, keep: float) -> Loaded:
+        if self.closing:
+            raise DaemonUnavailable("the server is shutting down")
         model = self.store.resolve(name)
         async with self._lock:
             loaded = self.loaded.get(model.digest)
@@ -184,6 +187,13 @@ class ModelManager:
                 expired = loaded.idle and loaded.expires_at is not None and loaded.expires_at <= now
                 if expired or (loaded.idle and not loaded.runner.alive):
                     await self.unload(loaded)
+
+    def begin_shutdown(self) -> None:
+        """Admit nothing more and end every request in flight with a clear error (SIGTERM), so that
+        streams get their final error event now instead of being cut when the graceful wait runs out."""
+        self.closing = True
+        for loaded in self.loaded.values():
+            loaded.runner.fail_all("the server is shutting down", "DaemonUnavailable")
 
     async def close(self) -> None:
         if self._reaper is not None:

@@ -134,8 +134,12 @@ class RunnerProcess:
         await self._wait_exit()
         self._death = self._crash_reason()
         log.warning("runner for %s exited: %s", self.path.name, self._death)
+        self.fail_all(f"runner crashed: {self._death}", "RunnerCrashed")
+
+    def fail_all(self, message: str, error: str) -> None:
+        """End every request in flight with `error` (a class name in localrun.errors)."""
         for queue in self._queues.values():
-            queue.put_nowait({"type": "error", "message": f"runner crashed: {self._death}", "error": "RunnerCrashed"})
+            queue.put_nowait({"type": "error", "message": message, "error": error})
 
     async def _wait_exit(self) -> None:
         try:

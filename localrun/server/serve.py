@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from dataclasses import replace
+from typing import Any, Callable
+
+import uvicorn
 
 from localrun.config import Config
 
@@ -11,11 +15,11 @@ GRACEFUL_SHUTDOWN_S = 10
 
 
 def run_server(config: Config, host: str, port: int, insecure: bool = False) -> None:
-    """Serve until SIGINT/SIGTERM; streams in flight get `GRACEFUL_SHUTDOWN_S` to finish, then runners stop.
+    """Serve until SIGINT/SIGTERM. Then requests in flight end at once with a final "the server is
+    shutting down" error (streams get it as their last event), connections get `GRACEFUL_SHUTDOWN_S`
+    to close, and the runners stop.
 
     A non-loopback `host` without an API key is refused unless `insecure` (`serve --insecure`)."""
-    import uvicorn
-
     from localrun.server.app import create_app
     from localrun.server.security import check_bind
 
@@ -24,5 +28,26 @@ def run_server(config: Config, host: str, port: int, insecure: bool = False) -> 
 
     level = logging.DEBUG if config.debug else logging.INFO
     logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    uvicorn.run(create_app(config), host=host, port=port, log_level="debug" if config.debug else "info",
-                timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_S, access_log=config.debug)
+    app = create_app(config)
+    server = _Server(uvicorn.Config(app, host=host, port=port, log_level="debug" if config.debug else "info",
+                                    timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_S, access_log=config.debug),
+                     on_exit=app.state.manager.begin_shutdown)
+    server.run()
+
+
+class _Server(uvicorn.Server):
+    """uvicorn's server, calling `on_exit` on the event loop when a shutdown signal arrives."""
+
+    def __init__(self, config: uvicorn.Config, on_exit: Callable[[], None]) -> None:
+        super().__init__(config)
+        self.on_exit = on_exit
+        self._loop: asyncio.AbstractEventLoop | None = None
+
+    async def startup(self, sockets: Any = None) -> None:
+        self._loop = asyncio.get_running_loop()
+        await super().startup(sockets)
+
+    def handle_exit(self, sig: int, frame: Any) -> None:
+        super().handle_exit(sig, frame)
+        if self._loop is not None:  # a signal handler: hand the work to the event loop
+            self._loop.call_soon_threadsafe(self.on_exit)
