@@ -55,6 +55,13 @@ class _File:
     def size(self) -> int:
         return len(self.data) if isinstance(self.data, bytes) else self.data.stat().st_size
 
+    @property
+    def etag(self) -> str:
+        """A strong validator of this version of the file, for ETag / If-Range."""
+        if isinstance(self.data, bytes):
+            return f'"{hashlib.sha256(self.data).hexdigest()[:20]}"'
+        return f'"{self.size}-{self.data.stat().st_mtime_ns}"'
+
 
 class FileServer:
     """`with FileServer() as server: server.add("/a.gguf", data); server.url("/a.gguf")`."""
@@ -140,6 +147,9 @@ def _handler(server: FileServer):
             file = server.files.get(path)
             fault = server._take_fault(path)
             start = _range_start(self.headers.get("Range", ""))
+            if_range = self.headers.get("If-Range")
+            if file is not None and if_range and if_range != file.etag:
+                start = -1  # the file changed since the client's copy began: send all of it
             if fault and (fault.status or fault.html):
                 return self._fault_reply(path, fault, start)
             if file is None:
@@ -186,6 +196,7 @@ def _handler(server: FileServer):
             self.send_header("Content-Length", str(claimed))
             if status == 206:
                 self.send_header("Content-Range", f"bytes {start}-{size - 1}/{size}")
+            self.send_header("ETag", file.etag)
             if file.etag_sha and not file.redirect:
                 self.send_header("X-Linked-Etag", f'"{file.etag_sha}"')
             self.end_headers()

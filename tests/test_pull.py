@@ -87,6 +87,21 @@ def test_a_partial_file_left_by_a_dead_process_is_resumed(server, store, tiny):
     assert not partial.exists()
 
 
+def test_a_file_that_changed_on_the_server_is_not_spliced_onto_old_bytes(server, store, tmp_path):
+    old = write_tiny_gguf(tmp_path / "old.gguf", floats=64 * 1024, seed=1).read_bytes()
+    new = write_tiny_gguf(tmp_path / "new.gguf", floats=64 * 1024, seed=2).read_bytes()
+    url = server.add("/t.gguf", old)  # no sha256 anywhere: only If-Range can notice the change
+    server.fault("/t.gguf", drop_after=100_000)
+    server.fault("/t.gguf", status=503, times=FAST.retries + 1)
+    with pytest.raises(DownloadError):
+        store.pull(url)  # leaves 100 kB of the old version in partial/
+    server.add("/t.gguf", new)
+    model = store.pull(url)
+    assert model.path.read_bytes() == new
+    last = server.body_requests("/t.gguf")[-1]
+    assert (last.status, last.sent) == (200, len(new))
+
+
 def test_wrong_bytes_are_a_checksum_mismatch_and_store_nothing(server, store, tiny):
     url = server.add("/t.gguf", tiny, etag=True)  # X-Linked-Etag carries the true sha256
     server.fault("/t.gguf", corrupt=True)

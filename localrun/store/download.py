@@ -1,7 +1,9 @@
 """One resumable, verified HTTP download into a `.partial` file.
 
-The partial file is the only state: a new process (after Ctrl-C, kill -9 or a reboot) re-hashes
-what is there and asks the server for the rest with `Range`. Each attempt streams with httpx;
+The partial file is the state: a new process (after Ctrl-C, kill -9 or a reboot) re-hashes what is
+there and asks the server for the rest with `Range`, plus `If-Range` with the validator (ETag or
+Last-Modified) saved beside it, so a file that changed on the server is fetched whole instead of
+being spliced onto old bytes. Each attempt streams with httpx;
 connection errors, timeouts, 5xx and 429 are retried with exponential backoff (the retry budget
 counts attempts that made no progress, so a long download over a flaky link still finishes).
 The first 24 bytes are checked against the GGUF header before anything more is written, and the
@@ -114,6 +116,8 @@ class Download:
         self.offset = 0
         self._last_report = 0.0
         self._reached = False  # has any response arrived?
+        self._validator_file = partial.with_suffix(".validator")
+        self._validator = ""
 
     def run(self) -> str:
         """Download (or finish downloading) and verify; returns "sha256:<hex>" of the partial file."""
@@ -147,6 +151,8 @@ class Download:
         self.partial.parent.mkdir(parents=True, exist_ok=True)
         if not self.partial.exists():
             return
+        if self._validator_file.exists():
+            self._validator = self._validator_file.read_text().strip()
         with open(self.partial, "rb") as f:
             while chunk := f.read(4 << 20):
                 self._take(chunk)
@@ -158,12 +164,15 @@ class Download:
 
     def _attempt(self) -> bool:
         headers = {"Range": f"bytes={self.offset}-"} if self.offset else {}
+        if self.offset and self._validator:
+            headers["If-Range"] = self._validator
         with self.client.stream("GET", self.url, headers=headers) as response:
             self._reached = True
             if response.status_code == 416 and self.offset and self.offset == self._content_range_total(response):
                 return True  # the partial file is already complete
             self._check_status(response)
             self._note_server_facts(response)
+            self._keep_validator(response)
             self._ensure_space(self.total - self.offset)
             with open(self.partial, "ab") as out:
                 for chunk in response.iter_raw():
@@ -198,6 +207,14 @@ class Download:
             if len(etag) == 64 and set(etag) <= _HEX64:
                 self.server_sha = etag
 
+    def _keep_validator(self, response: httpx.Response) -> None:
+        """Remember what identifies this version of the file, for If-Range on a later resume."""
+        etag = response.headers.get("etag", "")
+        validator = etag if etag and not etag.startswith("W/") else response.headers.get("last-modified", "")
+        if self.offset == 0 and validator:
+            self._validator = validator
+            self._validator_file.write_text(validator)
+
     def _write(self, out, chunk: bytes) -> None:
         if self.offset < HEADER_SIZE:
             head = (self._head + chunk)[:HEADER_SIZE]
@@ -218,6 +235,8 @@ class Download:
 
     def _restart(self) -> None:
         self.partial.unlink(missing_ok=True)
+        self._validator_file.unlink(missing_ok=True)
+        self._validator = ""
         self._hasher.close()
         self._hasher, self._head, self.offset = _BackgroundHash(self.partial), b"", 0
 
@@ -225,6 +244,7 @@ class Download:
         check_header(self._head, self.label)  # a body shorter than a header ends here
         got = self._hasher.hexdigest()
         want = self.expected or self.server_sha
+        self._validator_file.unlink(missing_ok=True)
         if want and got != want:
             self.partial.unlink(missing_ok=True)
             raise ChecksumMismatch(
