@@ -11,7 +11,7 @@ from __future__ import annotations
 from localrun.engine import Engine, schema_to_grammar
 from localrun.native import GenerateRequest
 from localrun.tools import active_tools, prepare_messages, tool_call_grammar
-from localrun.tools.schema import check_supported
+from localrun.tools.schema import check_supported, normalized
 
 
 def build_prompt(engine: Engine, request: GenerateRequest) -> list[int]:
@@ -30,8 +30,9 @@ def build_grammar(request: GenerateRequest) -> str | None:
     if forced is not None:
         return forced
     if request.json_schema is not None:
-        check_supported(request.json_schema)
-        return schema_to_grammar(request.json_schema)
+        schema = normalized(request.json_schema)
+        check_supported(schema)
+        return schema_to_grammar(schema)
     if request.json_mode:
         return schema_to_grammar({"type": "object"})
     return None

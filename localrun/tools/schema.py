@@ -3,9 +3,11 @@
 llama.cpp's schema converter enforces types, properties, required, additionalProperties, enum,
 const, anyOf/oneOf, allOf of objects, items/prefixItems, minItems/maxItems, minLength/maxLength,
 pattern, local $refs, and the formats date, time, date-time and uuid. It quietly skips everything
-else, which would let an answer break the schema. `check_supported` refuses those keywords with a
-400 naming where they are. (Tool parameter schemas are descriptions, not contracts: a forced tool
-call enforces what the converter can and ignores the rest.)
+else, which would let an answer break the schema. So before converting, `normalized` rewrites the
+one common shape it mishandles (a list of types with constraints, as OpenAI's strict mode writes
+optional fields: {"type": ["string", "null"], "maxLength": 9}) into an anyOf, and `check_supported`
+refuses the rest with a 400 naming where they are. (Tool parameter schemas are descriptions, not
+contracts: a forced tool call enforces what the converter can and ignores the rest.)
 """
 
 from __future__ import annotations
@@ -21,8 +23,27 @@ UNENFORCED = frozenset({
     "minProperties", "maxProperties",
 })
 FORMATS = frozenset({"date", "time", "date-time", "uuid", "uuid1", "uuid2", "uuid3", "uuid4", "uuid5"})
+# Constraints the converter drops when they sit beside anyOf/oneOf or a $ref.
+CONSTRAINTS = frozenset({
+    "type", "properties", "required", "additionalProperties", "items", "prefixItems", "minItems", "maxItems",
+    "enum", "const", "pattern", "minLength", "maxLength", "format",
+})
 _SCHEMA_MAPS = ("properties", "$defs", "definitions")
 _NOT_SCHEMAS = ("enum", "const", "required", "default", "examples")
+
+
+def normalized(schema: Any) -> Any:
+    """The same schema with `"type": [a, b, ...]` plus constraints written as an anyOf per type."""
+    if isinstance(schema, list):
+        return [normalized(item) for item in schema]
+    if not isinstance(schema, dict):
+        return schema
+    out = {key: (value if key in _NOT_SCHEMAS else normalized(value)) for key, value in schema.items()}
+    types = out.get("type")
+    if isinstance(types, list) and set(out) & (CONSTRAINTS - {"type"}):
+        rest = {k: v for k, v in out.items() if k != "type"}
+        return {"anyOf": [{**rest, "type": t} for t in types]}
+    return out
 
 
 def check_supported(schema: Any, where: str = "schema") -> None:
@@ -33,15 +54,8 @@ def check_supported(schema: Any, where: str = "schema") -> None:
         return
     if not isinstance(schema, dict):
         return
+    _check_node(schema, where)
     for key, value in schema.items():
-        if key in UNENFORCED:
-            raise InvalidRequest(f"unsupported JSON schema: {where}.{key} cannot be enforced by the grammar; "
-                                 f"remove it (or validate it after the answer)")
-        if key == "format" and value not in FORMATS:
-            raise InvalidRequest(f"unsupported JSON schema: {where}.format {value!r} cannot be enforced "
-                                 f"(supported: {', '.join(sorted(FORMATS))})")
-        if key == "pattern" and ("minLength" in schema or "maxLength" in schema):
-            raise InvalidRequest(f"unsupported JSON schema: {where} combines pattern with minLength/maxLength")
         if key in _SCHEMA_MAPS and isinstance(value, dict):
             for name, sub in value.items():
                 check_supported(sub, f"{where}.{key}.{name}")
@@ -49,4 +63,26 @@ def check_supported(schema: Any, where: str = "schema") -> None:
             check_supported(value, f"{where}.{key}")
 
 
-__all__ = ["FORMATS", "UNENFORCED", "check_supported"]
+def _check_node(schema: dict[str, Any], where: str) -> None:
+    for key in schema.keys() & UNENFORCED:
+        raise _refused(f"{where}.{key} cannot be enforced by the grammar; remove it (or validate it after the answer)")
+    if "format" in schema and schema["format"] not in FORMATS:
+        raise _refused(f"{where}.format {schema['format']!r} cannot be enforced "
+                       f"(supported: {', '.join(sorted(FORMATS))})")
+    if "pattern" in schema and ("minLength" in schema or "maxLength" in schema):
+        raise _refused(f"{where} combines pattern with minLength/maxLength")
+    siblings = schema.keys() & (CONSTRAINTS - {"type"})
+    for combinator in ("anyOf", "oneOf", "$ref"):
+        if combinator in schema and siblings:
+            raise _refused(f"{where} puts {', '.join(sorted(siblings))} beside {combinator}; "
+                           f"move them into each alternative")
+    parts = schema.get("allOf") or []
+    if not all(isinstance(p, dict) and p.keys() & {"properties", "$ref", "anyOf"} for p in parts):
+        raise _refused(f"{where}.allOf is only supported as a merge of object schemas")
+
+
+def _refused(message: str) -> InvalidRequest:
+    return InvalidRequest(f"unsupported JSON schema: {message}")
+
+
+__all__ = ["CONSTRAINTS", "FORMATS", "UNENFORCED", "check_supported", "normalized"]
