@@ -12,7 +12,9 @@ import pytest
 from localrun.config import Config
 from localrun.errors import ModelNotFound, Overloaded
 from localrun.server.manager import ModelManager
-from localrun.server.memory import kv_bytes_per_token, parse_size
+from localrun.server.memory import estimate_bytes, parse_size
+from localrun.server.runner_process import RunnerOptions
+from localrun.store.ggufinfo import kv_bytes_per_token
 
 
 @dataclass
@@ -21,6 +23,7 @@ class StubModel:
     digest: str
     path: Path
     size: int = 1000
+    facts: object = field(default_factory=lambda: type("Facts", (), {"kv_bytes_per_token": 0})())
 
 
 @dataclass
@@ -31,9 +34,6 @@ class StubStore:
         if name not in self.models:
             raise ModelNotFound(name)
         return self.models[name]
-
-    def show(self, name: str):
-        return type("Info", (), {"metadata": {}})()
 
 
 class StubRunner:
@@ -167,8 +167,10 @@ def test_memory_budget_evicts_to_fit():
 
 
 def test_kv_cache_estimate_from_gguf_metadata():
-    meta = {"general.architecture": "llama", "llama.block_count": 30, "llama.embedding_length": 576,
-            "llama.attention.head_count": 9, "llama.attention.head_count_kv": 3}
-    assert kv_bytes_per_token(meta) == 30 * 3 * (64 + 64) * 2
-    assert kv_bytes_per_token(meta, "q8_0") < kv_bytes_per_token(meta)
+    meta = {"block_count": 30, "embedding_length": 576, "attention.head_count": 9, "attention.head_count_kv": 3}
+    per_token = kv_bytes_per_token(lambda key, default: meta.get(key, default))
+    assert per_token == 30 * 3 * (64 + 64) * 2
+    f16 = RunnerOptions(parallel=2, ctx_size=100)
+    assert estimate_bytes(1000, per_token, f16) == 1000 + per_token * 200
+    assert estimate_bytes(1000, per_token, replace(f16, kv_cache_type="q8_0")) < estimate_bytes(1000, per_token, f16)
     assert parse_size("8GiB") == 8 * 2**30 and parse_size("512MB") == 512 * 10**6

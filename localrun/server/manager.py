@@ -125,7 +125,7 @@ class ModelManager:
         loaded.expires_at = None
 
     async def _load_locked(self, model: Any, options: RunnerOptions, keep: float) -> Loaded:
-        size = estimate_bytes(model.size, self.store.show(model.name).metadata, options)
+        size = estimate_bytes(model.size, model.facts.kv_bytes_per_token, options)
         self._make_room(size)
         for victim in self._victims(size):
             await self._unload_locked(victim)

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import os
 import re
-from typing import Any, Mapping
+from typing import Any
 
 from localrun.errors import UsageError
 
@@ -18,25 +18,10 @@ _UNIT = {"": 1, "b": 1, "k": 1e3, "kb": 1e3, "kib": 2**10, "m": 1e6, "mb": 1e6, 
          "g": 1e9, "gb": 1e9, "gib": 2**30, "t": 1e12, "tb": 1e12, "tib": 2**40}
 
 
-def kv_bytes_per_token(metadata: Mapping[str, Any], cache_type: str = "f16") -> int:
-    """K and V for every layer, from `<arch>.block_count`, heads and head sizes in the GGUF metadata."""
-    arch = metadata.get("general.architecture", "")
-    def get(key: str, default: Any = None) -> Any:
-        return metadata.get(f"{arch}.{key}", default)
-
-    layers = int(get("block_count", 0) or 0)
-    embd = int(get("embedding_length", 0) or 0)
-    heads = int(get("attention.head_count", 1) or 1)
-    kv_heads = int(get("attention.head_count_kv", heads) or heads)
-    key_len = int(get("attention.key_length", embd // heads if heads else 0) or 0)
-    value_len = int(get("attention.value_length", key_len) or key_len)
-    return int(layers * kv_heads * (key_len + value_len) * _KV_BYTES.get(cache_type, 2.0))
-
-
-def estimate_bytes(file_size: int, metadata: Mapping[str, Any], options: Any) -> int:
+def estimate_bytes(file_size: int, kv_f16_bytes_per_token: int, options: Any) -> int:
     """Weights (the file size) plus the KV cache of every slot; compute buffers are left out."""
-    per_token = kv_bytes_per_token(metadata, options.kv_cache_type)
-    return int(file_size) + per_token * options.ctx_size * options.parallel
+    per_token = kv_f16_bytes_per_token * _KV_BYTES.get(options.kv_cache_type, 2.0) / 2.0
+    return int(file_size + per_token * options.ctx_size * options.parallel)
 
 
 def parse_size(text: str) -> int:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import struct
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from localrun.errors import NotGGUF
 from localrun.store.model import Facts, ModelInfo
@@ -17,6 +17,7 @@ from localrun.store.model import Facts, ModelInfo
 HEADER_SIZE = 24  # magic, version (u32), tensor count (u64), key/value count (u64)
 MAX_TENSORS = 1 << 20
 MAX_KV = 1 << 16
+MAX_DIMS = 4  # GGML_MAX_DIMS
 _ARRAY_SHOWN = 16
 _SPECIAL = ("bos", "eos", "eot", "eom", "unknown", "padding", "sep", "cls", "mask")
 
@@ -34,7 +35,8 @@ def check_header(head: bytes, label: str = "the file") -> None:
         if 1 <= version <= gguf.GGUF_VERSION:
             break
     else:
-        raise NotGGUF(f"{label}: unsupported GGUF version {version}")
+        version = struct.unpack("<I", head[4:8])[0]
+        raise NotGGUF(f"{label}: unsupported GGUF version {version} (this build reads 1 to {gguf.GGUF_VERSION})")
     if tensors > MAX_TENSORS or kvs > MAX_KV:
         raise NotGGUF(f"{label}: implausible GGUF header ({tensors} tensors, {kvs} keys)")
 
@@ -48,11 +50,19 @@ def read_info(path: Path, label: str = "") -> ModelInfo:
         check_header(f.read(HEADER_SIZE), label)
     try:
         reader = gguf.GGUFReader(path)
+        _check_tensors(reader, label)
         return _info(reader)
     except NotGGUF:
         raise
     except Exception as e:  # gguf raises ValueError, IndexError, struct errors ... on bad files
         raise NotGGUF(f"{label} is not a valid GGUF file: {e}") from None
+
+
+def _check_tensors(reader: Any, label: str) -> None:
+    """What the gguf package accepts but ggml cannot hold: more than GGML_MAX_DIMS dimensions."""
+    for tensor in reader.tensors:
+        if len(tensor.shape) > MAX_DIMS:
+            raise NotGGUF(f"{label}: tensor {tensor.name!r} has {len(tensor.shape)} dimensions (at most {MAX_DIMS})")
 
 
 def _info(reader: Any) -> ModelInfo:
@@ -66,8 +76,20 @@ def _info(reader: Any) -> ModelInfo:
         context_length=int(_scalar(reader, f"{arch}.context_length", 0)),
         embedding_length=int(_scalar(reader, f"{arch}.embedding_length", 0)),
         license=_scalar(reader, "general.license", ""),
+        kv_bytes_per_token=kv_bytes_per_token(lambda key, default: _scalar(reader, f"{arch}.{key}", default)),
     )
     return ModelInfo(facts, _scalar(reader, "tokenizer.chat_template", ""), _special_tokens(reader), _metadata(reader))
+
+
+def kv_bytes_per_token(get: Callable[[str, Any], Any]) -> int:
+    """f16 K and V for every layer, from `<arch>.block_count`, the head counts and head sizes."""
+    layers = int(get("block_count", 0) or 0)
+    embd = int(get("embedding_length", 0) or 0)
+    heads = int(get("attention.head_count", 1) or 1)
+    kv_heads = int(get("attention.head_count_kv", heads) or heads)
+    key_len = int(get("attention.key_length", embd // heads) or 0)
+    value_len = int(get("attention.value_length", key_len) or key_len)
+    return layers * kv_heads * (key_len + value_len) * 2
 
 
 def human_count(n: int) -> str:

@@ -19,6 +19,7 @@ class Facts:
     context_length: int = 0
     embedding_length: int = 0
     license: str = ""
+    kv_bytes_per_token: int = 0  # f16 K and V of one token across all layers: sizes the KV cache
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Facts:
