@@ -56,6 +56,9 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if not args.model or args.fd is None:
         _parser().error("--model and --fd are required")
+    # An abort inside llama.cpp (GGML_ASSERT) must end in one line on stderr, which the daemon
+    # reports; ggml's gdb backtrace would bury that line under frames and take seconds.
+    os.environ.setdefault("GGML_NO_BACKTRACE", "1")
     from localrun.runner.protocol import Channel
 
     channel = Channel(socket.socket(fileno=args.fd))

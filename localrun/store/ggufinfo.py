@@ -62,7 +62,8 @@ def _check_tensors(reader: Any, label: str) -> None:
     """What the gguf package accepts but ggml cannot hold: more than GGML_MAX_DIMS dimensions."""
     for tensor in reader.tensors:
         if len(tensor.shape) > MAX_DIMS:
-            raise NotGGUF(f"{label}: tensor {tensor.name!r} has {len(tensor.shape)} dimensions (at most {MAX_DIMS})")
+            raise NotGGUF(f"{label} is not a valid GGUF file: tensor {tensor.name!r} has {len(tensor.shape)} "
+                          f"dimensions (at most {MAX_DIMS})")
 
 
 def _info(reader: Any) -> ModelInfo:

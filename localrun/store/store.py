@@ -200,7 +200,7 @@ class Store:
             partial = self.layout.partial_file(key)
             got = Download(client, remote.url, partial, sha256=remote.sha256, policy=self.policy,
                            progress=lambda done, total: target.emit(PullProgress(label, digest, total, done))).run()
-            return self._commit(target, got, self._validate(partial, got, target.emit), partial)
+            return self._commit(target, got, self._validate(partial, got, target), partial)
 
     def _import(self, src: Path, sha256: str, target: _Target) -> Manifest:
         """Copy a local file into the store through `partial/`, hashing on the way."""
@@ -214,13 +214,14 @@ class Store:
                 partial.unlink(missing_ok=True)
                 raise ChecksumMismatch(f"{src}: checksum mismatch (expected sha256:{sha256[:12]}…, "
                                        f"got {digest[:19]}…); nothing was stored")
-            return self._commit(target, digest, self._validate(partial, digest, target.emit), partial)
+            return self._commit(target, digest, self._validate(partial, digest, target), partial)
 
-    def _validate(self, partial: Path, digest: str, emit: Progress) -> ModelInfo:
-        """Parse a checksum-verified partial file as GGUF; a file that is not one is deleted."""
-        emit(PullProgress("verifying sha256 digest", digest))
+    def _validate(self, partial: Path, digest: str, target: _Target) -> ModelInfo:
+        """Parse a checksum-verified partial file as GGUF; a file that is not one is deleted.
+        Errors name the source the user gave, not the partial file."""
+        target.emit(PullProgress("verifying sha256 digest", digest))
         try:
-            return read_info(partial, partial.name)
+            return read_info(partial, target.source.removeprefix("file:"))
         except LocalrunError:
             partial.unlink(missing_ok=True)
             raise
