@@ -203,11 +203,11 @@ def test_not_enough_disk_space_is_refused_before_downloading(server, store, tiny
 def test_concurrent_pulls_of_one_model_download_once(server, store, tiny, localrun_home):
     url = server.add("/t.gguf", tiny)
     server.fault("/t.gguf", slow=0.5)
-    results, errors = [], []
+    results, errors, events = [], [], []
 
     def pull():
         try:
-            results.append(Store(localrun_home / "models", policy=FAST).pull(url))
+            results.append(Store(localrun_home / "models", policy=FAST).pull(url, progress=events.append))
         except Exception as e:  # pragma: no cover - reported below
             errors.append(e)
 
@@ -218,6 +218,7 @@ def test_concurrent_pulls_of_one_model_download_once(server, store, tiny, localr
         t.join(30)
     assert not errors and len(results) == 3 and len({r.digest for r in results}) == 1
     assert len(server.body_requests("/t.gguf")) == 1
+    assert sum(e.status == "waiting for another pull of it" for e in events) == 2
 
 
 def test_hugging_face_reference_picks_the_quant_through_the_mirror(server, store, tmp_path, monkeypatch):

@@ -116,6 +116,17 @@ def test_rm_collects_unreferenced_blobs_only(store, tmp_path):
     assert_blobs_verified(store)
 
 
+def test_a_name_pulled_again_from_another_file_frees_the_old_blob(store, tmp_path):
+    first = store.pull(str(write_tiny_gguf(tmp_path / "v1" / "m.gguf", seed=1)))
+    second = store.pull(str(write_tiny_gguf(tmp_path / "v2" / "m.gguf", seed=2)))
+    assert first.name == second.name and first.digest != second.digest
+    assert not first.path.exists() and second.path.exists()
+    store.copy("m", "keep:1")
+    store.pull(str(write_tiny_gguf(tmp_path / "v3" / "m.gguf", seed=3)))
+    assert second.path.exists()  # still used by keep:1
+    assert_blobs_verified(store)
+
+
 def test_unknown_names_get_suggestions(store, tiny):
     store.pull(str(tiny))
     with pytest.raises(ModelNotFound, match=r"run `localrun pull tyni`.*tiny"):

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 
-from filelock import FileLock
+from filelock import FileLock, Timeout
 
 from localrun import config, paths
 from localrun.errors import ChecksumMismatch, DiskFull, LocalrunError, ModelNotFound, StoreError, UsageError
@@ -68,7 +68,8 @@ class Store:
         if link and reference.kind != "path":
             raise UsageError("--link works only with a local file path")
         emit(PullProgress("pulling manifest"))
-        with _os_errors(), self._lock("name-" + _short_hash(str(self._canonical(reference)))):
+        name_lock = "name-" + _short_hash(str(self._canonical(reference)))
+        with _os_errors(), self._lock(name_lock, lambda: emit(PullProgress("waiting for another pull of it"))):
             manifest = self._present(reference)
             if manifest is None:
                 manifest = self._fetch(reference, link, emit)
@@ -92,7 +93,7 @@ class Store:
         copy = Manifest(parse_name(dst), manifest.digest, manifest.size, manifest.source, _now(),
                         manifest.facts, manifest.link, manifest.defaults)
         with _os_errors(), self._lock("gc"):
-            write_manifest(self.layout, copy)
+            self._replace_manifest(copy)
         return self._model(copy)
 
     # --- lookup helpers ------------------------------------------------------------------------
@@ -238,16 +239,33 @@ class Store:
                 raise StoreError(f"{target.name}: its file vanished while pulling; try again")
             size = link.size if link else self.layout.blob(digest).stat().st_size
             manifest = Manifest(target.name, digest, size, target.source, _now(), info.facts, link, target.defaults)
-            write_manifest(self.layout, manifest)
+            self._replace_manifest(manifest)
         return manifest
+
+    def _replace_manifest(self, manifest: Manifest) -> None:
+        """Write a manifest (GC lock held); the blob it replaces is collected if nothing else uses it."""
+        old = read_manifest(self.layout, manifest.name)
+        write_manifest(self.layout, manifest)
+        if old and not old.link and old.digest != manifest.digest:
+            self._collect_garbage()
 
     # --- locking and garbage -------------------------------------------------------------------
 
     @contextlib.contextmanager
-    def _lock(self, key: str) -> Iterator[None]:
+    def _lock(self, key: str, on_wait: Callable[[], None] | None = None) -> Iterator[None]:
+        """An inter-process lock; `on_wait` is called once if another holder makes us wait."""
         self.layout.partial.mkdir(parents=True, exist_ok=True)
-        with FileLock(str(self.layout.lock_file(key))):
+        lock = FileLock(str(self.layout.lock_file(key)))
+        try:
+            lock.acquire(timeout=0)
+        except Timeout:
+            if on_wait:
+                on_wait()
+            lock.acquire()
+        try:
             yield
+        finally:
+            lock.release()
 
     def _collect_garbage(self) -> None:
         referenced = {m.digest for m in iter_manifests(self.layout) if not m.link}
