@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -138,3 +139,20 @@ def test_two_cli_pulls_at_once_download_once(server, tiny):
     assert [p.returncode for p in procs] == [0, 0], results
     assert len(server.body_requests("/t.gguf")) == 1
     assert all(out.startswith("pulled t:latest") for out, _ in results)
+
+
+def test_shell_completion_offers_catalogue_and_local_names(tiny, localrun_home):
+    script = shutil.which("localrun")  # completion is keyed to the console script's name
+    if script is None:
+        pytest.skip("the localrun console script is not installed")
+    assert localrun("pull", str(tiny), "-q").wait(60) == 0
+
+    def complete(*words: str) -> list[str]:
+        env = {**os.environ, "_LOCALRUN_COMPLETE": "complete_bash", "COMP_WORDS": " ".join(["localrun", *words]),
+               "COMP_CWORD": str(len(words))}
+        done = subprocess.run([script], env=env,
+                              capture_output=True, text=True, timeout=60)
+        return done.stdout.split()
+
+    assert "qwen2.5:0.5b" in complete("pull", "qwen2.5:0") and "smollm2" in complete("pull", "smol")
+    assert complete("show", "ti") == ["tiny:latest"] and complete("rm", "x") == []

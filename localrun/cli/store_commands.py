@@ -18,9 +18,24 @@ import typer
 from localrun.cli.app import app
 
 
+def _complete_catalogue(incomplete: str) -> list[str]:
+    """Shell completion for `pull`: catalogue names and aliases."""
+    from localrun.store import load_catalogue
+
+    return [n for n in load_catalogue().names() if n.startswith(incomplete)]
+
+
+def _complete_local(incomplete: str) -> list[str]:
+    """Shell completion for `show`, `rm`, `cp`: the models in the store."""
+    from localrun.store import Store
+
+    return [m.name for m in Store().list() if m.name.startswith(incomplete)]
+
+
 @app.command()
 def pull(
-    model: str = typer.Argument(..., help="smollm2, name:tag, hf.co/user/repo[:quant], an https://….gguf URL or a file."),
+    model: str = typer.Argument(..., help="smollm2, name:tag, hf.co/user/repo[:quant], an https://….gguf URL or a file.",
+                                autocompletion=_complete_catalogue),
     link: bool = typer.Option(False, "--link", help="Use a local file in place instead of copying it into the store."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bar, only the final line."),
     as_json: bool = typer.Option(False, "--json", help="Progress events and the result as JSON lines."),
@@ -62,7 +77,7 @@ app.command("ls", hidden=True)(list_models)
 
 @app.command()
 def show(
-    model: str = typer.Argument(..., help="A pulled model's name."),
+    model: str = typer.Argument(..., help="A pulled model's name.", autocompletion=_complete_local),
     as_json: bool = typer.Option(False, "--json", help="Everything as one JSON object."),
     template: bool = typer.Option(False, "--template", help="Print only the chat template."),
     license_: bool = typer.Option(False, "--license", help="Print only the license."),
@@ -87,7 +102,7 @@ def show(
 
 
 @app.command()
-def rm(models: list[str] = typer.Argument(..., help="Names of pulled models.")) -> None:
+def rm(models: list[str] = typer.Argument(..., help="Names of pulled models.", autocompletion=_complete_local)) -> None:
     """Remove models; blobs no other name uses are deleted."""
     from localrun.store import Store
 
@@ -99,7 +114,7 @@ def rm(models: list[str] = typer.Argument(..., help="Names of pulled models.")) 
 
 @app.command()
 def cp(
-    source: str = typer.Argument(..., help="A pulled model."),
+    source: str = typer.Argument(..., help="A pulled model.", autocompletion=_complete_local),
     destination: str = typer.Argument(..., help="The new name (name[:tag])."),
 ) -> None:
     """Give a pulled model another name (no copy of the file is made)."""
