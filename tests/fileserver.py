@@ -216,6 +216,7 @@ def _handler(server: FileServer):
                     if stall_at is not None and entry.sent + len(chunk) > stall_at:
                         self.wfile.write(chunk[: stall_at - entry.sent])
                         self.wfile.flush()
+                        entry.sent = stall_at
                         time.sleep(fault.stall)
                         return self._hang_up()
                     if limit is not None and entry.sent + len(chunk) > limit:

@@ -16,7 +16,7 @@ from localrun.store import store as store_module
 from localrun.store.catalogue import parse_catalogue
 from localrun.store.layout import url_key
 
-FAST = Policy(retries=3, backoff=0.01, connect_timeout=2.0, read_timeout=0.5)
+FAST = Policy(retries=3, backoff=0.01, connect_timeout=2.0, read_timeout=1.0)
 
 
 @pytest.fixture
@@ -171,17 +171,17 @@ def test_a_500_that_never_heals_gives_up(server, store, tiny):
 
 def test_a_stalled_server_times_out_and_the_retry_resumes(server, store, tiny):
     url = server.add("/t.gguf", tiny)
-    server.fault("/t.gguf", stall_after=60_000, stall=3.0)
+    server.fault("/t.gguf", stall_after=60_000, stall=4.0)
     assert store.pull(url).path.read_bytes() == tiny
-    first, second = server.body_requests("/t.gguf")
-    assert first.range_start == -1 and second.range_start == 60_000
+    first, second = server.body_requests("/t.gguf")[:2]
+    assert first.range_start == -1 and 0 < second.range_start == first.sent <= 60_000
 
 
 def test_a_server_that_always_stalls_ends_in_a_timeout_error(server, store, tiny):
     url = server.add("/t.gguf", tiny)
-    server.fault("/t.gguf", stall_after=0, stall=3.0, times=10)
+    server.fault("/t.gguf", stall_after=0, stall=4.0, times=10)
     with pytest.raises(DownloadError, match="timed out"):
-        store.pull(url)
+        Store(store.layout.root, policy=Policy(retries=1, backoff=0.01, read_timeout=1.0)).pull(url)
     assert_blobs_verified(store)
 
 
