@@ -3,9 +3,9 @@
 The partial file is the state: a new process (after Ctrl-C, kill -9 or a reboot) re-hashes what is
 there and asks the server for the rest with `Range`, plus `If-Range` with the validator (ETag or
 Last-Modified) saved beside it, so a file that changed on the server is fetched whole instead of
-being spliced onto old bytes. Each attempt streams with httpx;
-connection errors, timeouts, 5xx and 429 are retried with exponential backoff (the retry budget
-counts attempts that made no progress, so a long download over a flaky link still finishes).
+being spliced onto old bytes. Each attempt streams with httpx; connection errors, timeouts, 5xx
+and 429 are retried with exponential backoff (the retry budget counts attempts that made no
+progress, so a long download over a flaky link still finishes).
 The first 24 bytes are checked against the GGUF header before anything more is written, and the
 finished file is checked against the expected sha256 (catalogue, else the server's X-Linked-Etag);
 a mismatch deletes the partial file.
@@ -43,7 +43,6 @@ class Policy:
     backoff: float = 0.5  # seconds before the first retry; doubles, capped at 10 s
     connect_timeout: float = 15.0
     read_timeout: float = 60.0
-    chunk_size: int = 1 << 20
 
     def client(self) -> httpx.Client:
         timeout = httpx.Timeout(self.read_timeout, connect=self.connect_timeout)
