@@ -39,7 +39,7 @@ class GenerateOptions:
         """A copy with `overrides` (by field name, values as given or as strings) applied."""
         result = GenerateOptions(**asdict(self))
         for name, value in overrides.items():
-            setattr(result, name, coerce_option(name, value))
+            setattr(result, ALIASES.get(name, name), coerce_option(name, value))
         return result
 
 

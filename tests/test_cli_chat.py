@@ -1,0 +1,144 @@
+"""Interactive chat through a real pseudo-terminal (pexpect) against the real daemon, plus the
+pure parts of a session: multi-line input, slash commands, the transcript."""
+
+from __future__ import annotations
+
+import re
+import sys
+
+import pexpect
+import pytest
+
+from localrun.cli.chat import ChatSession, info_lines, read_message, transcript
+from localrun.client import GenerateOptions
+
+PROMPT = "\x1b[?2004h"  # prompt_toolkit switches bracketed paste on as each new prompt starts...
+READ = "\x1b[?2004l"  # ...and off once the line is entered
+ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
+
+
+def spawn(daemon, *args: str) -> pexpect.spawn:
+    env = {**daemon.env(), "PROMPT_TOOLKIT_NO_CPR": "1", "TERM": "xterm"}
+    child = pexpect.spawn(sys.executable, ["-m", "localrun", *args], env=env, encoding="utf-8", timeout=180,
+                          dimensions=(40, 160))
+    child.expect_exact(PROMPT)
+    return child
+
+
+def answer(child: pexpect.spawn, question: str) -> str:
+    """Send a message; the visible text printed before the next prompt."""
+    child.sendline(question)
+    child.expect_exact(PROMPT)
+    text = ANSI.sub("", child.before).replace("\r", "")
+    return text.split(question, 1)[-1].strip() if question in text else text.strip()
+
+
+def test_chat_session_on_a_terminal(daemon, tmp_path):
+    child = spawn(daemon, "chat", "smollm2", "--no-markdown", "--max-tokens", "20", "--temperature", "0")
+    assert answer(child, "What is the capital of France?")
+
+    child.sendline("/set parameter max_tokens 3000")
+    child.expect_exact("Set parameter 'max_tokens' to '3000'")
+    child.sendline("/set system You are a pirate.")
+    child.expect_exact("Set system message.")
+    child.sendline("/show system")
+    child.expect_exact("You are a pirate.")
+    child.expect_exact(PROMPT)
+
+    child.sendline("Tell me a very long story about a dragon and a knight, with many chapters.")
+    child.expect_exact(READ)  # what follows is the answer streaming
+    child.expect("[A-Za-z]{3}")  # tokens arrive while the answer is still going
+    child.sendintr()
+    child.expect_exact("(answer stopped)")
+    child.expect_exact(PROMPT)
+    child.sendline("/set parameter max_tokens 20")
+    child.expect_exact(PROMPT)
+    assert answer(child, "Say yes.")  # the session (and the daemon) carry on after Ctrl-C
+
+    child.sendintr()  # Ctrl-C at the prompt clears the line, does not leave
+    child.expect_exact("Use Ctrl-D or /bye to exit.")
+    child.sendline("/clear")
+    child.expect_exact("Cleared session context")
+    child.sendline('"""First line')
+    child.sendline('second line"""')
+    child.expect_exact(PROMPT)
+    child.expect_exact(PROMPT)
+    saved = tmp_path / "chat.md"
+    child.sendline(f"/save {saved}")
+    child.expect_exact("Saved the transcript")
+    child.sendline("/nope")
+    child.expect_exact("Unknown command '/nope'")
+    child.sendline("/bye")
+    child.expect(pexpect.EOF)
+    child.close()
+    assert child.exitstatus == 0
+
+    text = saved.read_text()
+    assert "You are a pirate." in text and "## User\n\nFirst line\nsecond line\n" in text
+    assert "capital of France" not in text  # /clear forgot it
+    assert "capital of France" in (daemon.home / "chat_history").read_text()  # history outlives the session
+
+
+def test_run_without_prompt_on_a_terminal_chats_and_ctrl_d_leaves(daemon):
+    child = spawn(daemon, "run", "smollm2", "--max-tokens", "16")  # Markdown rendering on
+    assert answer(child, "Name a color.")
+    child.sendline("/show info")
+    child.expect("architecture +llama")
+    child.sendline("/show template")
+    child.expect_exact("<|im_start|>")
+    child.expect_exact(PROMPT)
+    child.sendeof()
+    child.expect(pexpect.EOF)
+    child.close()
+    assert child.exitstatus == 0
+
+
+# -- pure parts of a session ----------------------------------------------------------------------
+
+def lines(*typed: str):
+    it = iter(typed)
+    return lambda prompt: next(it)
+
+
+@pytest.mark.parametrize("typed, message", [
+    (["hello"], "hello"),
+    (['"""one line"""'], "one line"),
+    (['"""', "a", "b", '"""'], "a\nb"),
+    (['"""first', '  indented', 'last"""'], "first\n  indented\nlast"),
+])
+def test_multi_line_messages(typed, message):
+    assert read_message(lines(*typed)) == message
+
+
+def test_slash_commands_change_the_session(capsys, tmp_path):
+    session = ChatSession(client=None, model="m", messages=[{"role": "user", "content": "q"}])
+    assert session.command("/set parameter temperature 0.2")
+    assert session.command("/set parameter num_predict 7")
+    assert session.options == GenerateOptions(temperature=0.2, max_tokens=7)
+    session.command("/set system  Be brief. ")
+    session.command("/set format json")
+    assert session.system == "Be brief." and session.options.format == "json"
+    session.command("/clear")
+    assert session.messages == []
+    assert session.command("/bye") is False
+    out = capsys.readouterr().out
+    assert "Set parameter 'temperature' to '0.2'" in out and "Cleared session context" in out
+
+
+def test_bad_parameter_is_reported_without_leaving():
+    session = ChatSession(client=None, model="m")
+    from localrun.errors import UsageError
+
+    with pytest.raises(UsageError, match="needs a float"):
+        session.command("/set parameter temperature hot")
+    with pytest.raises(UsageError, match="unknown option"):
+        session.command("/set parameter colour blue")
+
+
+def test_transcript_and_info():
+    text = transcript("smollm2", "sys", [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "yo"}])
+    assert "## System\n\nsys" in text and "## User\n\nhi" in text and "## Assistant\n\nyo" in text
+    show = {"details": {"parameter_size": "135M", "quantization_level": "Q4_1", "family": "llama"},
+            "model_info": {"general.architecture": "llama", "llama.context_length": 8192}}
+    assert info_lines(show) == ["  Model", "    architecture        llama", "    parameters          135M",
+                                "    context length      8192", "    quantization        Q4_1"]
