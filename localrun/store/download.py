@@ -32,6 +32,7 @@ from localrun.store.ggufinfo import HEADER_SIZE, check_header
 _HEX64 = frozenset("0123456789abcdef")
 PROGRESS_INTERVAL = 0.05  # seconds between progress callbacks (the last one always comes)
 SYNC_EVERY = 32 << 20  # bytes written between background fdatasyncs
+_fdatasync = getattr(os, "fdatasync", os.fsync)  # macOS and Windows have no fdatasync
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,7 +91,7 @@ class _BackgroundHash:
         try:
             if self._fd < 0:
                 self._fd = os.open(self._path, os.O_RDONLY)
-            os.fdatasync(self._fd)
+            _fdatasync(self._fd)
         except OSError:
             pass  # only an optimisation: the final fsync still makes the blob durable
 
