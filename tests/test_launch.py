@@ -1,0 +1,72 @@
+"""`localrun launch claude` as a user runs it: the real CLI against the real daemon, with a stand-in
+`claude` program on PATH that records the environment and arguments it was started with."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from localrun.cli.launch_commands import claude_env, exports
+from tests.cli import run_cli
+
+TIERS = ("ANTHROPIC_MODEL", "ANTHROPIC_SMALL_FAST_MODEL", "ANTHROPIC_DEFAULT_OPUS_MODEL",
+         "ANTHROPIC_DEFAULT_SONNET_MODEL", "ANTHROPIC_DEFAULT_HAIKU_MODEL")
+
+
+def fake_claude(bin_dir: Path, record: Path) -> None:
+    bin_dir.mkdir()
+    script = bin_dir / "claude"
+    script.write_text(f"#!/bin/sh\nexec {sys.executable} -c 'import json, os, sys; "
+                      f"json.dump({{\"env\": dict(os.environ), \"argv\": sys.argv[1:]}}, open(\"{record}\", \"w\"))' \"$@\"\n")
+    script.chmod(0o755)
+
+
+def test_launch_execs_claude_pointed_at_the_daemon(daemon, tmp_path):
+    record = tmp_path / "record.json"
+    fake_claude(tmp_path / "bin", record)
+    env = {**daemon.env(), "PATH": f"{tmp_path / 'bin'}:{os.environ['PATH']}", "ANTHROPIC_API_KEY": "sk-real"}
+    result = run_cli("launch", "claude", "smollm2", "--", "-p", "hello there", env=env)
+    assert result.returncode == 0, result.stderr
+    seen = json.loads(record.read_text())
+    assert seen["argv"] == ["-p", "hello there"]
+    got = seen["env"]
+    assert got["ANTHROPIC_BASE_URL"] == daemon.url
+    assert got["ANTHROPIC_API_KEY"] == "" and got["ANTHROPIC_AUTH_TOKEN"]
+    assert {got[name] for name in TIERS} == {"smollm2:135m"}
+    assert got["CLAUDE_CODE_ATTRIBUTION_HEADER"] == "0"
+    assert got["LOCALRUN_HOME"] == str(daemon.home)  # the rest of the environment is kept
+
+
+def test_print_writes_exports_a_shell_can_eval(daemon):
+    result = run_cli("launch", "claude", "smollm2", "--print", env={**daemon.env(), "LOCALRUN_API_KEY": "k1,k2"})
+    assert result.returncode == 0, result.stderr
+    shell = subprocess.run(["sh", "-c", result.stdout + 'printf "%s|%s|%s" "$ANTHROPIC_BASE_URL" '
+                                                        '"$ANTHROPIC_AUTH_TOKEN" "$ANTHROPIC_DEFAULT_HAIKU_MODEL"'],
+                           capture_output=True, text=True, check=True)
+    assert shell.stdout == f"{daemon.url}|k1|smollm2:135m"
+
+
+def test_without_claude_installed_it_prints_the_exports_and_says_how_to_install(daemon, tmp_path):
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    env = {**daemon.env(), "PATH": str(empty)}
+    result = subprocess.run([sys.executable, "-m", "localrun", "launch", "claude", "smollm2"], env=env,
+                            capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert "claude is not installed" in result.stderr and "npm install" in result.stderr
+    assert f"export ANTHROPIC_BASE_URL={daemon.url}\n" in result.stdout
+
+
+def test_unknown_model_is_one_error_line(daemon):
+    result = run_cli("launch", "claude", "no-such-model-xyz", "--print", env=daemon.env())
+    assert result.returncode != 0
+    assert result.stderr.startswith("error: ") and len(result.stderr.strip().splitlines()) == 1
+
+
+def test_exports_quote_values_for_the_shell():
+    text = exports(claude_env("http://127.0.0.1:1", "it's", ""))
+    assert "export ANTHROPIC_MODEL='it'\"'\"'s'\n" in text
+    assert "export ANTHROPIC_API_KEY=''\n" in text
