@@ -35,6 +35,7 @@ class Fault:
     corrupt: bool = False  # flip bytes in the body
     slow: float = 0.0  # seconds to sleep before each 1 MiB chunk
     length: int = -1  # claim this Content-Length (e.g. more than any disk holds)
+    no_length: bool = False  # send no Content-Length: the body ends when the connection closes
 
 
 @dataclass
@@ -193,7 +194,11 @@ def _handler(server: FileServer):
             self.send_response(status)
             self.send_header("Content-Type", "application/octet-stream")
             claimed = fault.length if fault and fault.length >= 0 else size - max(start, 0)
-            self.send_header("Content-Length", str(claimed))
+            if fault and fault.no_length:
+                self.send_header("Connection", "close")
+                self.close_connection = True
+            else:
+                self.send_header("Content-Length", str(claimed))
             if status == 206:
                 self.send_header("Content-Range", f"bytes {start}-{size - 1}/{size}")
             self.send_header("ETag", file.etag)

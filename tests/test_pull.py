@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import hashlib
+import os
+import subprocess
 import threading
 import time
 
@@ -198,6 +200,33 @@ def test_not_enough_disk_space_is_refused_before_downloading(server, store, tiny
     with pytest.raises(DiskFull, match="not enough disk space"):
         store.pull(url)
     assert_nothing_stored(store)
+
+
+@pytest.fixture
+def small_disk(tmp_path):
+    """A real 2 MiB filesystem (tmpfs) for the store; needs root and mount."""
+    mount = tmp_path / "small-disk"
+    mount.mkdir()
+    if os.geteuid() != 0 or subprocess.run(["mount", "-t", "tmpfs", "-o", "size=2m", "tmpfs", str(mount)],
+                                           capture_output=True).returncode != 0:
+        pytest.skip("cannot mount a small tmpfs here (needs root)")
+    try:
+        yield mount
+    finally:
+        subprocess.run(["umount", "-l", str(mount)], check=True)
+
+
+def test_a_real_full_disk_is_one_clear_error(server, small_disk, tmp_path):
+    big = write_tiny_gguf(tmp_path / "big.gguf", floats=1 << 20).read_bytes()  # 4 MiB on a 2 MiB disk
+    store = Store(small_disk / "models", policy=FAST)
+    url = server.add("/big.gguf", big)
+    with pytest.raises(DiskFull, match="not enough disk space for big.gguf: needs 4 MB"):
+        store.pull(url)  # refused up front from Content-Length
+    server.fault("/big.gguf", no_length=True)
+    with pytest.raises(DiskFull, match="disk full while writing"):
+        store.pull(url)  # no length announced: the write itself fails with ENOSPC
+    assert_blobs_verified(store)
+    assert store.list() == []
 
 
 def test_concurrent_pulls_of_one_model_download_once(server, store, tiny, localrun_home):
