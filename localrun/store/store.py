@@ -5,7 +5,8 @@ two terminals or in the CLI and the daemon, do the work once: the second waits a
 manifest) and one per download (so two names for the same file share a download). A blob is
 verified (sha256 and a full GGUF parse) in `partial/` before it is renamed into `blobs/`, and
 its manifest is written after it; `remove` collects unreferenced blobs under a store-wide lock
-that pull also holds while it installs, so collection never races an install.
+that pull also holds while it installs a blob and writes its manifest, so collection never sees
+a blob between the two.
 """
 
 from __future__ import annotations
