@@ -13,11 +13,7 @@ a mismatch deletes the partial file.
 
 from __future__ import annotations
 
-import hashlib
-import os
-import queue
 import shutil
-import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -27,12 +23,11 @@ from urllib.parse import urlsplit
 import httpx
 
 from localrun.errors import ChecksumMismatch, DiskFull, DownloadError, NotGGUF
+from localrun.store.digests import BackgroundHash
 from localrun.store.ggufinfo import HEADER_SIZE, check_header
 
 _HEX64 = frozenset("0123456789abcdef")
 PROGRESS_INTERVAL = 0.05  # seconds between progress callbacks (the last one always comes)
-SYNC_EVERY = 32 << 20  # bytes written between background fdatasyncs
-_fdatasync = getattr(os, "fdatasync", os.fsync)  # macOS and Windows have no fdatasync
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,52 +45,6 @@ class Policy:
         return httpx.Client(timeout=timeout, follow_redirects=True, headers={"Accept-Encoding": "identity"})
 
 
-class _BackgroundHash:
-    """sha256 on a helper thread: hashlib releases the GIL, so hashing overlaps the network reads.
-
-    Every SYNC_EVERY bytes the thread also fdatasyncs the file being written, so dirty pages reach
-    the disk during the download and the fsync before the blob is installed has little left to do.
-    """
-
-    def __init__(self, path: Path) -> None:
-        self._hash = hashlib.sha256()
-        self._path, self._fd, self._unsynced = path, -1, 0
-        self._queue: queue.Queue[bytes | None] = queue.Queue(maxsize=256)
-        self._thread = threading.Thread(target=self._run, name="sha256", daemon=True)
-        self._thread.start()
-
-    def update(self, chunk: bytes) -> None:
-        self._queue.put(chunk)
-
-    def hexdigest(self) -> str:
-        self.close()
-        return self._hash.hexdigest()
-
-    def close(self) -> None:
-        if self._thread.is_alive():
-            self._queue.put(None)
-            self._thread.join()
-        if self._fd >= 0:
-            os.close(self._fd)
-            self._fd = -1
-
-    def _run(self) -> None:
-        while (chunk := self._queue.get()) is not None:
-            self._hash.update(chunk)
-            self._unsynced += len(chunk)
-            if self._unsynced >= SYNC_EVERY:
-                self._sync()
-
-    def _sync(self) -> None:
-        self._unsynced = 0
-        try:
-            if self._fd < 0:
-                self._fd = os.open(self._path, os.O_RDONLY)
-            _fdatasync(self._fd)
-        except OSError:
-            pass  # only an optimisation: the final fsync still makes the blob durable
-
-
 class _Retry(Exception):
     """An attempt failed in a way worth retrying (5xx, short body, moved offset)."""
 
@@ -111,7 +60,7 @@ class Download:
         self.label = urlsplit(url).path.rsplit("/", 1)[-1] or url
         self.server_sha = ""
         self.total = 0
-        self._hasher = _BackgroundHash(partial)
+        self._hasher = BackgroundHash(partial)
         self._head = b""
         self.offset = 0
         self._last_report = 0.0
@@ -238,7 +187,7 @@ class Download:
         self._validator_file.unlink(missing_ok=True)
         self._validator = ""
         self._hasher.close()
-        self._hasher, self._head, self.offset = _BackgroundHash(self.partial), b"", 0
+        self._hasher, self._head, self.offset = BackgroundHash(self.partial), b"", 0
 
     def _verify(self) -> str:
         check_header(self._head, self.label)  # a body shorter than a header ends here

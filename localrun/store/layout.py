@@ -23,7 +23,6 @@ from localrun.store.names import Name
 
 _DIGEST = re.compile(r"sha256:([0-9a-f]{64})")
 _BLOB = re.compile(r"sha256-([0-9a-f]{64})")
-COPY_CHUNK = 4 << 20
 
 
 class Layout:
@@ -111,19 +110,4 @@ def install_blob(layout: Layout, verified: Path, digest: str) -> Path:
     return blob
 
 
-def hash_file(src: Path, progress=None, copy_to: Path | None = None) -> str:
-    """The "sha256:<hex>" of a file read in chunks, optionally copying it to `copy_to` on the way.
-    `progress(completed_bytes)` is called after each chunk."""
-    h = hashlib.sha256()
-    done = 0
-    with open(src, "rb") as fin, (open(copy_to, "wb") if copy_to else open(os.devnull, "wb")) as fout:
-        while chunk := fin.read(COPY_CHUNK):
-            h.update(chunk)
-            fout.write(chunk)
-            done += len(chunk)
-            if progress:
-                progress(done)
-    return f"sha256:{h.hexdigest()}"
-
-
-__all__ = ["Layout", "atomic_write", "digest_key", "fsync_dir", "hash_file", "install_blob", "url_key"]
+__all__ = ["Layout", "atomic_write", "digest_key", "fsync_dir", "install_blob", "url_key"]
