@@ -60,7 +60,7 @@ class Download:
         self.label = urlsplit(url).path.rsplit("/", 1)[-1] or url
         self.server_sha = ""
         self.total = 0
-        self._hasher = BackgroundHash(partial)
+        self._hasher = BackgroundHash()
         self._head = b""
         self.offset = 0
         self._last_report = 0.0
@@ -187,7 +187,7 @@ class Download:
         self._validator_file.unlink(missing_ok=True)
         self._validator = ""
         self._hasher.close()
-        self._hasher, self._head, self.offset = BackgroundHash(self.partial), b"", 0
+        self._hasher, self._head, self.offset = BackgroundHash(), b"", 0
 
     def _verify(self) -> str:
         check_header(self._head, self.label)  # a body shorter than a header ends here
