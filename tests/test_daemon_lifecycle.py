@@ -5,6 +5,7 @@ foreground with its pid file and graceful SIGTERM."""
 from __future__ import annotations
 
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -67,6 +68,14 @@ def test_auto_start_status_ps_logs_stop(port):
     assert ps[0].split() == ["NAME", "ID", "SIZE", "PROCESSOR", "CONTEXT", "UNTIL"]
     assert ps[1].startswith("smollm2:135m") and "CPU" in ps[1] and "from now" in ps[1]
     assert "Application startup complete" in run_cli("logs").stdout
+
+    assert run_cli("run", "smollm2", "Hi", *TINY, "--ctx-size", "1024").returncode == 0
+    assert re.split(r"\s{3,}", run_cli("ps").stdout.splitlines()[1])[4] == "1024"  # CONTEXT, per request
+    assert run_cli("run", "smollm2", "Hi", *TINY, "--keep-alive", "0").returncode == 0
+    deadline = time.monotonic() + 20
+    while len(run_cli("ps").stdout.splitlines()) > 1:  # keep-alive 0: unloaded after the answer
+        assert time.monotonic() < deadline
+        time.sleep(0.5)
 
     stopped = run_cli("stop")
     assert stopped.returncode == 0 and f"stopped localrun (pid {pid})" in stopped.stdout
