@@ -2,7 +2,8 @@
 
 A token's bytes can end in the middle of a multi-byte character (emoji and CJK often span two or
 three byte-level tokens). The detokenizer keeps the incomplete tail until the next token completes
-it; bytes that can never form a character become U+FFFD instead of being dropped.
+it; bytes that can never form a character become U+FFFD instead of being dropped. A character still
+unfinished when generation ends was never produced, so it is dropped rather than shown as U+FFFD.
 """
 
 from __future__ import annotations
@@ -24,9 +25,6 @@ class Detokenizer:
         """The new complete text this token makes visible (may be "" while a character is split)."""
         return self._decoder.decode(self._piece(token))
 
-    def flush(self) -> str:
-        """Whatever is still held back, at the end of the stream (an unfinished character becomes U+FFFD)."""
-        return self._decoder.decode(b"", final=True)
 
 
 __all__ = ["Detokenizer"]

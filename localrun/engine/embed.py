@@ -24,11 +24,12 @@ class Embedder:
         self.model, self.ctx_size = model, ctx_size
         self.n_embd = L.llama_model_n_embd(model.ptr)
         self.ctx = new_context(model, n_ctx=ctx_size, n_batch=ctx_size, n_seq_max=MAX_SEQS,
-                               threads=threads, embeddings=True)
+                               threads=threads, kv_unified=True, embeddings=True)
         if L.llama_pooling_type(self.ctx) == L.LLAMA_POOLING_TYPE_NONE:
             L.llama_free(self.ctx)  # a generative model: pool by mean over the input's tokens
             self.ctx = new_context(model, n_ctx=ctx_size, n_batch=ctx_size, n_seq_max=MAX_SEQS,
-                                   threads=threads, embeddings=True, pooling=L.LLAMA_POOLING_TYPE_MEAN)
+                                   threads=threads, kv_unified=True, embeddings=True,
+                                   pooling=L.LLAMA_POOLING_TYPE_MEAN)
         self.batch = Batch(ctx_size)
 
     def embed(self, texts: list[str]) -> tuple[list[list[float]], int]:

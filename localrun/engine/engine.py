@@ -21,7 +21,7 @@ from localrun.engine.events import Event, Finished, Timings, Token
 from localrun.engine.sampler import Sampler, log_softmax, top_logprobs
 from localrun.engine.scheduler import Plan, Scheduler
 from localrun.engine.sequence import Request, Sequence
-from localrun.engine.settings import FLASH_ATTN, KV_CACHE_TYPES, EngineSettings, physical_cores
+from localrun.engine.settings import FLASH_ATTN, KV_CACHE_TYPES, EngineSettings, physical_cores, resolve_flash_attn
 from localrun.engine.stops import StopMatcher
 from localrun.engine.threads import ThreadTuner
 from localrun.errors import ContextOverflow, InvalidRequest, LocalrunError, UsageError
@@ -50,11 +50,12 @@ class Engine:
         self.model = Model(model_path, settings.gpu_layers)
         self._tuner = ThreadTuner(physical_cores()) if settings.threads is None else None
         self._threads = self._tuner.threads if self._tuner else settings.threads
+        self.flash_attn = resolve_flash_attn(settings.flash_attn, settings.kv_cache_type, L.llama_supports_gpu_offload())
         try:
             self.ctx = new_context(self.model, n_ctx=settings.parallel * settings.ctx_size,
                                    n_batch=settings.batch_size, n_seq_max=settings.parallel,
-                                   threads=self._threads, flash_attn=settings.flash_attn,
-                                   kv_type=settings.kv_cache_type)
+                                   threads=self._threads, flash_attn=self.flash_attn,
+                                   kv_type=settings.kv_cache_type, kv_unified=settings.kv_unified)
         except Exception:
             self.model.free()
             raise
@@ -152,9 +153,7 @@ class Engine:
         text = "" if eog else st.stops.push(st.detok.push(token))
         reason = "stop" if (eog or st.stops.matched) else self._length_reached(seq)
         if reason and not st.stops.matched:
-            text += st.stops.push(st.detok.flush())
-            text += st.stops.flush()
-            reason = "stop" if st.stops.matched else reason
+            text += st.stops.flush()  # text held for a stop string that never came
         events: list[Event] = []
         if not eog or text:
             events.append(self._token_event(seq, token, text, logprobs, want))
@@ -272,8 +271,9 @@ class Engine:
             "batch_size": s.batch_size,
             "gpu_layers": m.gpu_layers,
             "gpu_offload": L.llama_supports_gpu_offload(),
-            "flash_attn": s.flash_attn,
+            "flash_attn": self.flash_attn,
             "kv_cache_type": s.kv_cache_type,
+            "kv_unified": s.kv_unified,
             "load_ms": self.load_ms,
         }
 

@@ -12,7 +12,14 @@ KV_CACHE_TYPES = ("f16", "q8_0", "q4_0")
 @dataclass(slots=True)
 class EngineSettings:
     """How one model is served. `ctx_size` is per slot: the context holds `parallel * ctx_size`
-    tokens in one unified KV cache, and each sequence may use up to `ctx_size` of them."""
+    KV cells, `ctx_size` for each sequence slot.
+
+    By default each slot has its own KV stream. With one unified buffer (`kv_unified=True`) a
+    sequence's cells sit wherever there was room, and the attention kernels then sum the same
+    values in a different order than for that sequence alone: greedy output could differ from a
+    solo run once the cache is fragmented by prefix reuse. Separate streams keep every sequence
+    bit-identical to running alone, and each attends only over its own cells.
+    """
 
     parallel: int = 4
     ctx_size: int = 4096
@@ -24,6 +31,20 @@ class EngineSettings:
     speculative: int = 0  # prompt-lookup draft tokens per step (0 = off); reserved for issue 6
     seed: int | None = None  # default seed for requests without one; None = random per request
     embed_ctx_size: int = 2048  # context of the lazily created embeddings context
+    kv_unified: bool = False  # one KV buffer shared by all slots (see above)
+
+
+def resolve_flash_attn(setting: str, kv_cache_type: str, gpu_offload: bool) -> str:
+    """What "auto" means here: on a GPU, llama.cpp's own choice; quantized KV needs flash attention;
+    on a CPU it is off. The CPU flash-attention kernel changes its summation order with the number of
+    query rows (a 64-token prefill chunk gave different greedy output than 61 or 512), so batched and
+    chunked runs would no longer match solo runs token for token; without it they do.
+    """
+    if setting != "auto":
+        return setting
+    if kv_cache_type != "f16":
+        return "on"
+    return "auto" if gpu_offload else "off"
 
 
 def physical_cores() -> int:
@@ -54,4 +75,4 @@ def _read(path: str) -> str:
         return ""
 
 
-__all__ = ["EngineSettings", "physical_cores", "FLASH_ATTN", "KV_CACHE_TYPES"]
+__all__ = ["EngineSettings", "physical_cores", "resolve_flash_attn", "FLASH_ATTN", "KV_CACHE_TYPES"]

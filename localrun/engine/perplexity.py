@@ -1,0 +1,123 @@
+"""Perplexity of a text, computed the way llama.cpp's `llama-perplexity` does.
+
+The text is tokenized once and cut into chunks of `ctx` tokens (a tail shorter than `ctx` is
+dropped); a model that adds BOS gets BOS as each chunk's first token. Each chunk is evaluated from
+an empty cache, and only the second half of it is scored: token j+1 is predicted from the logits
+at j for j in [ctx/2, ctx-1), so every scored token sees at least ctx/2 tokens of context.
+Perplexity is exp(mean negative log-likelihood) over all scored tokens.
+
+Several chunks go into one `llama_decode` as separate sequences (`batch // ctx` of them), on a
+context of its own with one KV stream per sequence; logits are requested only for scored rows,
+and the log-softmax runs in numpy.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import asdict, dataclass
+
+import llama_cpp as L
+import numpy as np
+
+from localrun.engine.backend import Batch, Model, new_context
+from localrun.errors import InvalidRequest, LocalrunError
+
+MIN_CTX = 16
+
+
+@dataclass(frozen=True, slots=True)
+class PerplexityResult:
+    perplexity: float
+    nll: float  # mean negative log-likelihood per scored token (nats)
+    tokens: int  # tokens in the text
+    scored: int  # tokens whose likelihood counted
+    chunks: int
+    ctx: int
+    seconds: float
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def split_chunks(tokens: list[int], ctx: int, bos: int | None) -> list[list[int]]:
+    """Whole chunks of `ctx` tokens; each starts with `bos` when the model adds one."""
+    chunks = [tokens[i:i + ctx] for i in range(0, len(tokens) - ctx + 1, ctx)]
+    return [[bos, *chunk[1:]] for chunk in chunks] if bos is not None else chunks
+
+
+def first_scored(ctx: int) -> int:
+    """The first position whose logits are scored (llama-perplexity's `first = n_ctx/2`)."""
+    return ctx // 2
+
+
+def token_nll(logits: np.ndarray, targets: np.ndarray, block: int = 64) -> np.ndarray:
+    """-log softmax(logits)[target] per row (float64 sums), `block` rows at a time so a batch of
+    vocabulary-wide rows never needs a second full-size copy."""
+    out = np.empty(len(targets), dtype=np.float64)
+    for start in range(0, len(targets), block):
+        rows = logits[start:start + block]
+        peak = rows.max(axis=1, keepdims=True)
+        log_z = np.log(np.exp(rows - peak).sum(axis=1, dtype=np.float64)) + peak[:, 0]
+        out[start:start + block] = log_z - rows[np.arange(len(rows)), targets[start:start + block]]
+    return out
+
+
+def perplexity(model: Model, text: str, *, ctx: int = 512, batch: int = 2048, threads: int = 1,
+               kv_type: str = "f16", flash_attn: str = "off") -> PerplexityResult:
+    """The perplexity of `text` under `model` with chunks of `ctx` tokens (see the module doc)."""
+    started = time.perf_counter()
+    _check_sizes(model, ctx, batch)
+    tokens = model.tokenize(text, add_special=True, parse_special=False)
+    bos = L.llama_vocab_bos(model.vocab) if L.llama_vocab_get_add_bos(model.vocab) else None
+    chunks = split_chunks(tokens, ctx, bos)
+    if not chunks:
+        raise InvalidRequest(f"the text is {len(tokens)} tokens; perplexity needs at least one chunk of "
+                             f"{ctx} (a smaller ctx or a longer text)")
+    per_decode = max(1, min(batch // ctx, len(chunks)))
+    with _Evaluator(model, ctx, per_decode, threads, kv_type, flash_attn) as evaluator:
+        nll = np.concatenate([evaluator.nll(chunks[i:i + per_decode]) for i in range(0, len(chunks), per_decode)])
+    mean = float(nll.mean())
+    return PerplexityResult(float(np.exp(mean)), mean, len(tokens), len(nll), len(chunks), ctx,
+                            time.perf_counter() - started)
+
+
+def _check_sizes(model: Model, ctx: int, batch: int) -> None:
+    trained = L.llama_model_n_ctx_train(model.ptr)
+    if not MIN_CTX <= ctx <= trained:
+        raise InvalidRequest(f"ctx must be between {MIN_CTX} and the model's training context {trained}, got {ctx}")
+    if batch < 1:
+        raise InvalidRequest(f"batch must be positive, got {batch}")
+
+
+class _Evaluator:
+    """A context for `n_seq` chunks at once; `nll` evaluates up to that many and scores their second halves."""
+
+    def __init__(self, model: Model, ctx: int, n_seq: int, threads: int, kv_type: str, flash_attn: str) -> None:
+        self.model, self.ctx_size, self.first = model, ctx, first_scored(ctx)
+        self.ctx = new_context(model, n_ctx=ctx * n_seq, n_batch=ctx * n_seq, n_seq_max=n_seq, threads=threads,
+                               flash_attn=flash_attn, kv_type=kv_type)
+        self.batch = Batch(ctx * n_seq)
+
+    def nll(self, chunks: list[list[int]]) -> np.ndarray:
+        self.batch.clear()
+        for seq_id, chunk in enumerate(chunks):
+            for pos, token in enumerate(chunk):
+                self.batch.add(token, pos, seq_id, self.first <= pos < self.ctx_size - 1)
+        L.llama_memory_clear(L.llama_get_memory(self.ctx), True)
+        status = self.batch.decode(self.ctx)
+        if status != 0:
+            raise LocalrunError(f"perplexity failed: llama_decode returned {status}")
+        rows = self.ctx_size - 1 - self.first
+        logits = np.ctypeslib.as_array(L.llama_get_logits(self.ctx), shape=(len(chunks) * rows, self.model.n_vocab))
+        targets = np.array([chunk[self.first + 1:] for chunk in chunks], dtype=np.int64).reshape(-1)
+        return token_nll(logits, targets)
+
+    def __enter__(self) -> _Evaluator:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.batch.free()
+        L.llama_free(self.ctx)
+
+
+__all__ = ["PerplexityResult", "first_scored", "perplexity", "split_chunks", "token_nll"]

@@ -1,0 +1,373 @@
+"""The engine on the real model (SmolLM2-135M): greedy parity with llama-cpp-python, isolation
+between batched sequences, prefix reuse, stops, streaming text, seeds, cancellation, limits."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import llama_cpp
+import pytest
+
+from localrun.engine import Engine, EngineSettings, Finished, Request, Token, schema_to_grammar
+from localrun.errors import ContextOverflow, InvalidRequest, ModelLoadError
+from localrun.sampling import SamplingParams
+
+PROMPTS = [
+    "Once upon a time", "The capital of France is", "def fib(n):", "List three colors:",
+    "The best way to learn Python is", "Water boils at", "In 1492, Columbus", "My favourite recipe is",
+]
+GREEDY = dict(temperature=0.0)
+THREADS = 1  # the test machine's other core is often busy; one thread is fast and steady there
+
+
+@pytest.fixture(scope="module")
+def engine(smollm2_path):
+    eng = Engine(str(smollm2_path), EngineSettings(parallel=8, ctx_size=1024, threads=THREADS))
+    yield eng
+    eng.close()
+
+
+@pytest.fixture(scope="module")
+def solo(smollm2_path):
+    """One slot: every request runs alone."""
+    eng = Engine(str(smollm2_path), EngineSettings(parallel=1, ctx_size=1024, threads=THREADS))
+    yield eng
+    eng.close()
+
+
+class Run:
+    """What one request produced: tokens, the streamed text pieces, and its Finished event."""
+
+    def __init__(self) -> None:
+        self.tokens: list[int] = []
+        self.pieces: list[str] = []
+        self.events: list[Token] = []
+        self.finished: Finished | None = None
+
+    @property
+    def text(self) -> str:
+        return "".join(self.pieces)
+
+
+def drain(engine: Engine, runs: dict[str, Run], on_step=None) -> dict[str, Run]:
+    step = 0
+    while engine.has_work:
+        for event in engine.step():
+            run = runs.setdefault(event.request_id, Run())
+            if isinstance(event, Token):
+                run.tokens.append(event.token)
+                run.pieces.append(event.text)
+                run.events.append(event)
+            else:
+                assert run.finished is None
+                run.finished = event
+        step += 1
+        if on_step:
+            on_step(step)
+    return runs
+
+
+def generate(engine: Engine, prompt: list[int] | str, rid: str = "r", **sampling) -> Run:
+    tokens = engine.tokenize(prompt) if isinstance(prompt, str) else prompt
+    engine.add(Request(rid, tokens, SamplingParams(**sampling)))
+    return drain(engine, {})[rid]
+
+
+def test_greedy_matches_llama_cpp_python(engine, smollm2_path):
+    llm = llama_cpp.Llama(str(smollm2_path), n_ctx=1024, n_threads=THREADS, verbose=False)
+    for i, prompt in enumerate(PROMPTS[:5]):
+        tokens = engine.tokenize(prompt)
+        ours = generate(engine, tokens, f"g{i}", max_tokens=64, **GREEDY)
+        ref = llm.create_completion(tokens, max_tokens=64, temperature=0.0)
+        assert ours.text == ref["choices"][0]["text"], prompt
+        assert len(ours.tokens) == ref["usage"]["completion_tokens"] == 64
+        assert ours.finished.reason == ref["choices"][0]["finish_reason"] == "length"
+
+
+def test_batched_equals_solo_with_different_lengths(engine, solo):
+    lengths = [48, 8, 30, 16, 48, 4, 40, 24]  # requests finish at different times
+    alone = [generate(solo, p, f"s{i}", max_tokens=n, **GREEDY).tokens for i, (p, n) in enumerate(zip(PROMPTS, lengths))]
+    for i, (p, n) in enumerate(zip(PROMPTS, lengths)):
+        engine.add(Request(f"b{i}", engine.tokenize(p), SamplingParams(max_tokens=n, **GREEDY)))
+    runs = drain(engine, {})
+    assert [runs[f"b{i}"].tokens for i in range(8)] == alone
+    assert [len(t) for t in alone] == lengths
+
+
+def test_long_prompt_arriving_while_others_decode(smollm2_path, solo):
+    eng = Engine(str(smollm2_path), EngineSettings(parallel=4, ctx_size=1024, batch_size=64, threads=THREADS))
+    try:
+        long_prompt = eng.tokenize(" ".join(f"Item {i} is a {c}." for i, c in enumerate(["red box", "blue cup"] * 40)))
+        assert len(long_prompt) > 600  # ten chunks of the 64-token budget
+        alone_long = generate(solo, long_prompt, "sl", max_tokens=24, **GREEDY).tokens
+        alone = [generate(solo, p, f"s{i}", max_tokens=40, **GREEDY).tokens for i, p in enumerate(PROMPTS[:3])]
+        for i, p in enumerate(PROMPTS[:3]):
+            eng.add(Request(f"d{i}", eng.tokenize(p), SamplingParams(max_tokens=40, **GREEDY)))
+        produced_during_prefill: list[int] = []
+
+        def join(step: int) -> None:
+            if step == 3:
+                eng.add(Request("long", long_prompt, SamplingParams(max_tokens=24, **GREEDY)))
+            elif step > 3 and (seq := eng.scheduler.find("long")) and seq.prefilling:
+                produced_during_prefill.append(sum(len(runs[f"d{i}"].tokens) for i in range(3)))
+
+        runs: dict[str, Run] = {}
+        drain(eng, runs, join)
+        assert runs["long"].tokens == alone_long
+        assert [runs[f"d{i}"].tokens for i in range(3)] == alone
+        # the short streams kept producing while the long prompt was being prefilled
+        assert len(produced_during_prefill) >= 5 and produced_during_prefill[-1] > produced_during_prefill[0]
+    finally:
+        eng.close()
+
+
+def test_prefix_reuse_evaluates_only_new_tokens_and_equals_cold(smollm2_path):
+    shared = "Here is a long document about gardens. " + " ".join(
+        f"Bed {i} grows {plant} beside the path." for i, plant in enumerate(["tomatoes", "roses", "mint", "beans"] * 12))
+    eng = Engine(str(smollm2_path), EngineSettings(parallel=2, ctx_size=1024, threads=THREADS))
+    cold_eng = Engine(str(smollm2_path), EngineSettings(parallel=1, ctx_size=1024, threads=THREADS))
+    try:
+        first = eng.tokenize(shared + "\nQuestion: what grows in bed 3?")
+        second = eng.tokenize(shared + "\nQuestion: what grows in bed 7? Answer briefly.")
+        assert len(first) > 450
+        generate(eng, first, "a", max_tokens=8, **GREEDY)
+        warm = generate(eng, second, "b", max_tokens=32, **GREEDY)
+        cold = generate(cold_eng, second, "c", max_tokens=32, **GREEDY)
+        common = next(i for i, (x, y) in enumerate(zip(first, second)) if x != y)
+        assert common > 450
+        assert warm.finished.timings.cached_tokens == common
+        assert warm.finished.timings.prompt_tokens == len(second)
+        assert cold.finished.timings.cached_tokens == 0
+        assert warm.tokens == cold.tokens
+        # the same prompt again re-evaluates only its last token
+        again = generate(eng, second, "d", max_tokens=4, **GREEDY)
+        assert again.finished.timings.cached_tokens == len(second) - 1
+        assert again.tokens == cold.tokens[:4]
+    finally:
+        eng.close()
+        cold_eng.close()
+
+
+def test_stop_string_across_a_token_boundary(engine):
+    full = generate(engine, PROMPTS[0], max_tokens=40, **GREEDY)
+    pieces = [engine.detokenize([t]) for t in full.tokens]
+    k = next(i for i in range(3, len(pieces) - 1) if pieces[i].strip() and pieces[i + 1].strip())
+    stop = pieces[k][-2:] + pieces[k + 1][:2]  # spans tokens k and k+1
+    expected = full.text[: full.text.find(stop)]
+    run = generate(engine, PROMPTS[0], max_tokens=40, stop=["never-appears", stop], **GREEDY)
+    assert run.text == expected
+    assert run.finished.reason == "stop" and run.finished.stop_text == stop
+    assert all(stop not in p for p in run.pieces)
+    assert "" in run.pieces[-3:]  # the possible stop prefix was held back, not leaked
+
+
+def test_held_back_text_is_released_when_no_stop_follows(engine):
+    full = generate(engine, PROMPTS[1], max_tokens=20, **GREEDY)
+    tail = full.text[-3:]
+    run = generate(engine, PROMPTS[1], max_tokens=20, stop=[tail + "#never"], **GREEDY)
+    assert run.text == full.text and run.finished.reason == "length"
+
+
+@pytest.mark.parametrize("prompt", ["Emoji time: 😀😃😄😁 more emoji: 🎉", "请用中文回答：你好世界。你好世界。"])
+def test_multibyte_text_streams_whole_characters(engine, prompt):
+    run = generate(engine, prompt, max_tokens=30, **GREEDY)
+    assert any(ord(c) > 0x2FFF for c in run.text)  # the model did produce emoji / CJK
+    assert "" in run.pieces  # some characters spanned tokens and were held back
+    assert "\ufffd" not in run.text
+    whole = engine.detokenize(run.tokens)
+    assert whole.startswith(run.text) and len(whole.encode()) - len(run.text.encode()) < 4
+
+
+def test_seed_reproduces(engine):
+    sampling = dict(temperature=1.0, top_k=0, top_p=1.0, min_p=0.0, max_tokens=24)
+    a = generate(engine, PROMPTS[4], "a", seed=1234, **sampling)
+    b = generate(engine, PROMPTS[4], "b", seed=1234, **sampling)
+    c = generate(engine, PROMPTS[4], "c", seed=99, **sampling)
+    assert a.tokens == b.tokens
+    assert a.tokens != c.tokens
+
+
+def test_seeded_requests_are_reproducible_when_batched(engine):
+    sampling = SamplingParams(temperature=0.9, seed=7, max_tokens=16)
+    alone = generate(engine, PROMPTS[2], "alone", **sampling.to_dict()).tokens
+    for i in range(4):
+        engine.add(Request(f"p{i}", engine.tokenize(PROMPTS[2]), SamplingParams(**sampling.to_dict())))
+    runs = drain(engine, {})
+    assert all(runs[f"p{i}"].tokens == alone for i in range(4))
+
+
+def test_cancel_frees_the_slot_within_one_step(smollm2_path):
+    eng = Engine(str(smollm2_path), EngineSettings(parallel=2, ctx_size=512, threads=THREADS))
+    try:
+        for rid in ("a", "b", "waiting"):
+            eng.add(Request(rid, eng.tokenize(PROMPTS[0]), SamplingParams(max_tokens=200, **GREEDY)))
+        eng.step()
+        eng.step()
+        eng.cancel("a")
+        events = eng.step()
+        done = [e for e in events if isinstance(e, Finished)]
+        assert [(e.request_id, e.reason) for e in done] == [("a", "cancelled")]
+        assert not any(isinstance(e, Token) and e.request_id == "a" for e in events)
+        assert eng.scheduler.find("waiting").slot >= 0  # it took the freed slot in that same step
+        eng.cancel("waiting")
+        eng.cancel("b")
+        eng.cancel("unknown")  # no-op
+        events = eng.step()
+        assert sorted(e.request_id for e in events if isinstance(e, Finished)) == ["b", "waiting"]
+        assert not eng.has_work
+    finally:
+        eng.close()
+
+
+def test_prompt_over_the_context(smollm2_path):
+    eng = Engine(str(smollm2_path), EngineSettings(parallel=1, ctx_size=64, threads=THREADS))
+    try:
+        too_long = eng.tokenize("word " * 80)
+        with pytest.raises(ContextOverflow, match="context holds 64"):
+            eng.add(Request("x", too_long, SamplingParams()))
+        assert not eng.has_work
+        eng.add(Request("t", too_long, SamplingParams(max_tokens=8, **GREEDY), truncate=True))
+        run = drain(eng, {})["t"]
+        assert run.finished.timings.prompt_tokens == 63 - 8 and len(run.tokens) == 8
+    finally:
+        eng.close()
+
+
+def test_filling_the_context_ends_with_length(smollm2_path):
+    eng = Engine(str(smollm2_path), EngineSettings(parallel=1, ctx_size=48, threads=THREADS))
+    try:
+        prompt = eng.tokenize(PROMPTS[0])
+        run = generate(eng, prompt, ignore_eos=True, **GREEDY)
+        assert run.finished.reason == "length"
+        assert len(prompt) + len(run.tokens) == 48
+    finally:
+        eng.close()
+
+
+def test_end_of_generation_token_stops(engine):
+    prompt = engine.render_chat([{"role": "user", "content": "Say hello."}])
+    run = generate(engine, prompt, max_tokens=200, **GREEDY)
+    assert run.finished.reason == "stop" and run.finished.stop_text is None
+    assert "<|im_end|>" not in run.text and len(run.tokens) < 200
+
+
+def test_logprobs_are_full_vocabulary_and_sorted(engine, smollm2_path):
+    run = generate(engine, PROMPTS[1], max_tokens=6, logprobs=5, temperature=0.0)
+    llm = llama_cpp.Llama(str(smollm2_path), n_ctx=512, n_threads=THREADS, verbose=False, logits_all=True)
+    ref = llm.create_completion(engine.tokenize(PROMPTS[1]), max_tokens=6, temperature=0.0, logprobs=5)
+    ref_lp = ref["choices"][0]["logprobs"]["token_logprobs"]
+    for event, expected in zip(run.events, ref_lp):
+        values = [lp for _, lp in event.top_logprobs]
+        assert len(values) == 5 and values == sorted(values, reverse=True)
+        assert event.logprob == pytest.approx(values[0], abs=1e-9)  # greedy takes the most likely token
+        assert event.logprob == pytest.approx(expected, abs=1e-3)
+
+
+def test_top_logprobs_unaffected_by_sampling_filters(engine):
+    a = generate(engine, PROMPTS[3], "a", max_tokens=1, logprobs=20, temperature=0.0)
+    b = generate(engine, PROMPTS[3], "b", max_tokens=1, logprobs=20, temperature=0.5, top_k=2, seed=1)
+    top_a, top_b = a.events[0].top_logprobs, b.events[0].top_logprobs
+    assert len(top_a) == 20 and [t for t, _ in top_a] == [t for t, _ in top_b]
+    assert [lp for _, lp in top_a] == pytest.approx([lp for _, lp in top_b])
+    assert sum(math.exp(lp) for _, lp in top_a) < 1.0
+
+
+def test_gbnf_grammar(engine):
+    run = generate(engine, "Is the sky blue? Answer:", max_tokens=8, grammar='root ::= " yes" | " no"', **GREEDY)
+    assert run.text in (" yes", " no") and run.finished.reason == "stop"
+
+
+def test_json_schema_grammar(engine):
+    schema = {"type": "object", "properties": {"name": {"type": "string", "maxLength": 12}, "age": {"type": "integer"}},
+              "required": ["name", "age"]}
+    prompt = engine.render_chat([{"role": "user", "content": "Give a person as JSON with name and age."}])
+    run = generate(engine, prompt, max_tokens=60, grammar=schema_to_grammar(schema), **GREEDY)
+    data = json.loads(run.text)
+    assert set(data) == {"name", "age"} and isinstance(data["age"], int)
+
+
+def test_bad_grammar_and_schema_are_invalid_requests(engine):
+    with pytest.raises(InvalidRequest, match="grammar"):
+        engine.add(Request("g", engine.tokenize("x"), SamplingParams(grammar="root ::= (")))
+    with pytest.raises(InvalidRequest, match="unsupported JSON schema"):
+        schema_to_grammar({"type": "no-such-type"})
+    assert not engine.has_work
+
+
+def test_logit_bias_bans_a_token(engine):
+    full = generate(engine, PROMPTS[1], max_tokens=4, **GREEDY)
+    banned = generate(engine, PROMPTS[1], max_tokens=4, logit_bias={full.tokens[0]: float("-inf")}, **GREEDY)
+    assert banned.tokens[0] != full.tokens[0]
+
+
+def test_penalties_change_greedy_output(engine):
+    plain = generate(engine, PROMPTS[1], max_tokens=40, **GREEDY)
+    penalised = generate(engine, PROMPTS[1], max_tokens=40, repeat_penalty=1.5, presence_penalty=0.5, **GREEDY)
+    assert plain.tokens != penalised.tokens
+
+
+def test_bad_requests(engine):
+    with pytest.raises(InvalidRequest, match="empty"):
+        engine.add(Request("e", [], SamplingParams()))
+    with pytest.raises(InvalidRequest, match="vocabulary"):
+        engine.add(Request("v", [10**7], SamplingParams()))
+    engine.add(Request("dup", [1, 2], SamplingParams(max_tokens=1)))
+    with pytest.raises(InvalidRequest, match="already in use"):
+        engine.add(Request("dup", [1, 2], SamplingParams(max_tokens=1)))
+    drain(engine, {})
+
+
+def test_max_tokens_zero_only_prefills(engine):
+    run = generate(engine, PROMPTS[2], max_tokens=0)
+    assert run.tokens == [] and run.finished.reason == "length"
+    assert run.finished.timings.prompt_tokens == len(engine.tokenize(PROMPTS[2]))
+
+
+def test_timings(engine):
+    run = generate(engine, PROMPTS[5], max_tokens=10, **GREEDY)
+    t = run.finished.timings
+    assert t.generated_tokens == 10 and t.prompt_ms > 0 and t.generation_ms > 0
+    assert set(t.to_dict()) == {"prompt_tokens", "cached_tokens", "prompt_ms", "generated_tokens", "generation_ms", "load_ms"}
+
+
+def test_tokenize_detokenize_and_chat(engine):
+    tokens = engine.tokenize("<|im_start|>user\nhello<|im_end|>")
+    assert tokens[0] == engine.tokenize("<|im_start|>", add_special=False)[0]
+    assert engine.detokenize(tokens) == "<|im_start|>user\nhello<|im_end|>"
+    assert len(engine.tokenize("<|im_start|>", parse_special=False)) > 1
+    chat = engine.render_chat([{"role": "user", "content": "Hi"}])
+    assert chat.endswith("<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n")
+
+
+def test_embeddings_are_normalized_and_meaningful(engine):
+    vectors, tokens = engine.embed(["The cat sat on the mat.", "A cat was sitting on a mat.", "Stock prices fell sharply."])
+    assert len(vectors) == 3 and len(vectors[0]) == engine.info["n_embd"]
+    assert tokens == sum(len(engine.tokenize(t)) for t in ["The cat sat on the mat.", "A cat was sitting on a mat.", "Stock prices fell sharply."])
+    dot = lambda a, b: sum(x * y for x, y in zip(a, b))  # noqa: E731
+    assert all(dot(v, v) == pytest.approx(1.0) for v in vectors)
+    assert dot(vectors[0], vectors[1]) > dot(vectors[0], vectors[2])
+    again, _ = engine.embed(["A cat was sitting on a mat."])
+    assert again[0] == pytest.approx(vectors[1], abs=1e-4)  # batching does not change a vector
+
+
+def test_info(engine):
+    info = engine.info
+    assert info["architecture"] == "llama" and info["n_vocab"] == 49152
+    assert info["n_ctx"] == 8 * 1024 and info["parallel"] == 8 and info["threads"] == THREADS
+    assert info["flash_attn"] == "off" and not info["kv_unified"]  # the CPU build's deterministic choice
+    assert info["has_chat_template"] and info["eos_token"] == "<|im_end|>"
+
+
+def test_auto_threads_start_at_the_physical_cores(smollm2_path):
+    from localrun.engine.settings import physical_cores
+
+    with Engine(str(smollm2_path), EngineSettings(parallel=1, ctx_size=256)) as eng:
+        assert eng.info["threads"] == physical_cores() and eng.info["threads_mode"].startswith("auto")
+
+
+def test_model_load_error(tmp_path):
+    bad = tmp_path / "bad.gguf"
+    bad.write_bytes(b"GGUF" + b"\0" * 64)
+    with pytest.raises(ModelLoadError, match="model failed to load"):
+        Engine(str(bad), EngineSettings(parallel=1, ctx_size=256))

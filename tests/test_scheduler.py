@@ -1,0 +1,138 @@
+"""The scheduler decides from plain data: slots, prefix reuse, chunked prefill, budgets."""
+
+from __future__ import annotations
+
+from localrun.engine.scheduler import Scheduler, common_prefix
+from localrun.engine.sequence import Sequence, Status
+
+
+def seq(name: str, prompt: list[int], max_tokens: int | None = None) -> Sequence:
+    return Sequence(name, list(prompt), len(prompt), max_tokens)
+
+
+def run_step(s: Scheduler, sample: int = 7):
+    """Plan, commit, and append a sampled token to every chunk that produced logits."""
+    plan = s.schedule()
+    s.commit(plan)
+    for c in plan.chunks:
+        if c.n_logits:
+            c.seq.tokens.append(sample)
+    return plan
+
+
+def layout(plan) -> list[tuple[str, int, int, int]]:
+    return [(c.seq.id, c.start, c.n, c.n_logits) for c in plan.chunks]
+
+
+def test_common_prefix():
+    assert common_prefix([1, 2, 3], [1, 2, 4]) == 2
+    assert common_prefix([1, 2], [1, 2, 3]) == 2
+    assert common_prefix([], [1]) == 0
+
+
+def test_prefill_then_decode():
+    s = Scheduler(n_slots=2, batch_size=16)
+    a = seq("a", [1, 2, 3])
+    s.add(a)
+    assert layout(run_step(s)) == [("a", 0, 3, 1)]
+    assert a.status is Status.RUNNING and a.n_evaluated == 3 and a.tokens == [1, 2, 3, 7]
+    assert layout(run_step(s)) == [("a", 3, 1, 1)]
+    assert s.slots[a.slot].tokens == [1, 2, 3, 7]
+
+
+def test_long_prompt_is_chunked_while_others_keep_decoding():
+    s = Scheduler(n_slots=3, batch_size=8)
+    a, b = seq("a", [1, 2]), seq("b", [3, 4])
+    s.add(a)
+    s.add(b)
+    run_step(s)
+    long = seq("long", list(range(100, 120)))  # 20 tokens, budget 8 minus 2 decode tokens
+    s.add(long)
+    assert layout(run_step(s)) == [("a", 2, 1, 1), ("b", 2, 1, 1), ("long", 0, 6, 0)]
+    assert layout(run_step(s)) == [("a", 3, 1, 1), ("b", 3, 1, 1), ("long", 6, 6, 0)]
+    assert layout(run_step(s)) == [("a", 4, 1, 1), ("b", 4, 1, 1), ("long", 12, 6, 0)]
+    assert layout(run_step(s)) == [("a", 5, 1, 1), ("b", 5, 1, 1), ("long", 18, 2, 1)]
+    assert layout(run_step(s)) == [("a", 6, 1, 1), ("b", 6, 1, 1), ("long", 20, 1, 1)]
+
+
+def test_waits_for_a_free_slot_and_joins_between_steps():
+    s = Scheduler(n_slots=1, batch_size=16)
+    a, b = seq("a", [1]), seq("b", [2])
+    s.add(a)
+    s.add(b)
+    assert layout(run_step(s)) == [("a", 0, 1, 1)]
+    assert b.status is Status.WAITING
+    s.finish(a)
+    plan = run_step(s)
+    assert layout(plan) == [("b", 0, 1, 1)]
+    assert plan.trims == [(0, 0)]  # nothing shared: the slot's old tokens are removed
+
+
+def test_prefix_reuse_picks_the_slot_with_the_longest_common_prefix():
+    s = Scheduler(n_slots=3, batch_size=64)
+    for name, prompt in (("x", [1, 2, 3, 4]), ("y", [1, 2, 9, 9]), ("z", [5, 5])):
+        s.add(seq(name, prompt))
+    run_step(s)
+    for q in list(s.running):
+        s.finish(q)
+    follow = seq("f", [1, 2, 3, 4, 7, 8, 9])  # x's prompt + its sampled (never evaluated) 7 + more
+    s.add(follow)
+    plan = run_step(s)
+    assert follow.slot == 0 and follow.n_cached == 4
+    assert plan.trims == []
+    assert layout(plan) == [("f", 4, 3, 1)]
+
+
+def test_always_reevaluates_the_last_prompt_token():
+    s = Scheduler(n_slots=1, batch_size=64)
+    first = seq("a", [1, 2, 3])
+    s.add(first)
+    run_step(s)
+    run_step(s)  # slot holds [1, 2, 3, 7]
+    s.finish(first)
+    again = seq("b", [1, 2, 3])
+    s.add(again)
+    plan = run_step(s)
+    assert again.n_cached == 2
+    assert plan.trims == [(0, 2)]
+    assert layout(plan) == [("b", 2, 1, 1)]
+
+
+def test_ties_go_to_the_least_recently_used_slot():
+    s = Scheduler(n_slots=2, batch_size=64)
+    a = seq("a", [1])
+    s.add(a)
+    run_step(s)
+    s.finish(a)
+    b = seq("b", [9])
+    s.add(b)
+    run_step(s)
+    assert b.slot == 1  # slot 0 holds a's cache; the unused slot is taken first
+
+
+def test_decode_tokens_come_before_prefill_within_the_budget():
+    s = Scheduler(n_slots=4, batch_size=3)
+    for name in "abc":
+        s.add(seq(name, [1, 2, 3]))
+    assert layout(run_step(s)) == [("a", 0, 3, 1)]
+    assert layout(run_step(s)) == [("a", 3, 1, 1), ("b", 0, 2, 0)]
+    assert layout(run_step(s)) == [("a", 4, 1, 1), ("b", 2, 1, 1), ("c", 0, 1, 0)]
+
+
+def test_finish_frees_the_slot_and_keeps_its_cache():
+    s = Scheduler(n_slots=1, batch_size=8)
+    a = seq("a", [1, 2])
+    s.add(a)
+    run_step(s)
+    s.finish(a)
+    assert a.status is Status.FINISHED and not s.has_work
+    assert s.slots[0].seq is None and s.slots[0].tokens == [1, 2]
+
+
+def test_finish_a_waiting_sequence():
+    s = Scheduler(n_slots=1, batch_size=8)
+    a, b = seq("a", [1]), seq("b", [2])
+    s.add(a)
+    s.add(b)
+    s.finish(b)
+    assert s.find("b") is None and s.find("a") is a
