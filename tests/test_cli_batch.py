@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 
+import httpx
 import pytest
 
 from localrun.cli.batch import finished_lines, parse_line
@@ -96,3 +97,20 @@ def test_finished_lines_cuts_a_torn_last_line(tmp_path):
     assert finished_lines(out) == {1, 3}
     assert out.read_text().endswith('"x"}\n')
     assert finished_lines(tmp_path / "absent.jsonl") == set()
+
+
+def test_a_full_queue_is_waited_out_not_reported(tmp_path):
+    """One slot and no queue: most of 6 concurrent requests get 503 first; none may end as an error."""
+    from tests.daemon import start_daemon
+
+    small = start_daemon(tmp_path / "small", {"LOCALRUN_PARALLEL": "1", "LOCALRUN_MAX_QUEUE": "0"})
+    try:
+        source = tmp_path / "in.jsonl"
+        source.write_text("".join(f'"Say the number {n}."\n' for n in range(6)))
+        done = run_cli("batch", "smollm2", str(source), "--max-tokens", "4", "-c", "6", env=small.env())
+        assert done.returncode == 0, done.stderr
+        assert [("response" in json.loads(line)) for line in done.stdout.splitlines()] == [True] * 6
+        metrics = httpx.get(f"{small.url}/metrics").text
+        assert 'route="/v1/chat/completions",method="POST",status="503"' in metrics  # the queue really was full
+    finally:
+        small.stop()

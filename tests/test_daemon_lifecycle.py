@@ -157,3 +157,10 @@ def test_serve_refuses_a_public_bind_without_a_key(port):
 def test_remote_hosts_are_not_managed():
     assert not parse_address("http://10.1.2.3:8000").is_loopback
     lifecycle.ensure_running(parse_address("http://192.0.2.1:9"))  # returns at once: nothing to start there
+
+
+def test_serve_help_lists_every_setting():
+    from localrun.config import SETTINGS
+
+    text = run_cli("serve", "--help", env={"COLUMNS": "200"}).stdout
+    assert [s.env for s in SETTINGS if s.env not in text] == []

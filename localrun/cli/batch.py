@@ -20,8 +20,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
-from localrun.client import Client, GenerateOptions
-from localrun.errors import LocalrunError, UsageError
+from localrun.client import Client, Completion, GenerateOptions
+from localrun.errors import LocalrunError, Overloaded, UsageError
+
+OVERLOAD_ATTEMPTS = 30
 
 
 @dataclass(slots=True)
@@ -94,13 +96,23 @@ def answer(client: Client, model: str, job: Job) -> dict[str, Any]:
     if job.error:
         return record | {"error": job.error}
     try:
-        completion = client.chat(model, job.messages or [], job.options)
+        completion = _chat(client, model, job)
     except LocalrunError as e:
         return record | {"error": e.message}
     usage = completion.usage
     return record | {"response": completion.text, "finish_reason": completion.finish_reason,
                      "usage": {"prompt_tokens": usage.prompt_tokens, "completion_tokens": usage.completion_tokens}
                      if usage else None}
+
+
+def _chat(client: Client, model: str, job: Job, attempts: int = OVERLOAD_ATTEMPTS) -> Completion:
+    """One request; a full queue (503) is waited out as Retry-After says, a few times, before it counts."""
+    for _ in range(attempts - 1):
+        try:
+            return client.chat(model, job.messages or [], job.options)
+        except Overloaded as e:
+            time.sleep(e.retry_after)
+    return client.chat(model, job.messages or [], job.options)
 
 
 @dataclass
