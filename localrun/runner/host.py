@@ -13,7 +13,7 @@ from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from localrun.engine import Engine, Finished, Request, Token
-from localrun.errors import LocalrunError
+from localrun.errors import InvalidRequest, LocalrunError
 from localrun.native import GenerateRequest
 from localrun.runner.prompt import build_grammar, build_prompt
 from localrun.runner.protocol import Channel
@@ -114,7 +114,10 @@ class RunnerHost:
         self._result(rid, {"tokens": tokens})
 
     def _op_detokenize(self, rid: str, message: dict[str, Any]) -> None:
-        self._result(rid, {"text": self.engine.detokenize(message["tokens"])})
+        tokens, n_vocab = message["tokens"], self.engine.model.n_vocab
+        if any(not 0 <= token < n_vocab for token in tokens):  # llama.cpp aborts on an unknown id
+            raise InvalidRequest(f"tokens: ids must be within the vocabulary (0..{n_vocab - 1})")
+        self._result(rid, {"text": self.engine.detokenize(tokens)})
 
     def _op_render(self, rid: str, message: dict[str, Any]) -> None:
         request = GenerateRequest(model="", messages=message["messages"], tools=message.get("tools"),

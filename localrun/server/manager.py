@@ -18,7 +18,7 @@ from typing import Any, AsyncIterator, Awaitable, Callable, Protocol
 
 from localrun.config import Config
 from localrun.durations import parse_duration
-from localrun.errors import DaemonUnavailable, Overloaded
+from localrun.errors import DaemonUnavailable, InvalidRequest, Overloaded
 from localrun.server.memory import estimate_bytes, memory_budget
 from localrun.server.runner_process import RunnerOptions, RunnerProcess
 
@@ -61,6 +61,14 @@ class Loaded:
             self.expires_at = None if self.keep_alive < 0 else now + self.keep_alive
 
 
+def _check_context(model: Any, num_ctx: int | None) -> None:
+    """A request may not ask for more context than the model was trained for: it buys nothing, and a
+    huge one makes llama.cpp try (for minutes) to allocate it."""
+    limit = getattr(getattr(model, "facts", None), "context_length", 0)
+    if num_ctx is not None and limit and num_ctx > limit:
+        raise InvalidRequest(f"num_ctx: {model.name} supports at most {limit} tokens of context, not {num_ctx}")
+
+
 class ModelManager:
     def __init__(self, config: Config, store: Any, spawn: Spawn | None = None) -> None:
         self.config = config
@@ -99,6 +107,7 @@ class ModelManager:
         if self.closing:
             raise DaemonUnavailable("the server is shutting down")
         model = self.store.resolve(name)
+        _check_context(model, num_ctx)
         async with self._lock:
             loaded = self.loaded.get(model.digest)
             if loaded is not None and self._stale(loaded, num_ctx):
