@@ -53,10 +53,13 @@ def test_auto_start_status_ps_logs_stop(port):
     clients = [subprocess.Popen([sys.executable, "-m", "localrun", "run", "smollm2", "Hi", *TINY],
                                 stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
                for _ in range(2)]  # two scripts at once start one daemon between them
+    errs = []
     for client in clients:
         out, err = client.communicate(timeout=240)
         assert client.returncode == 0, err
         assert out.strip()
+        errs.append(err)
+    assert sum("verifying sha256 digest" in err for err in errs) == 1  # the missing model was pulled, once
     pid = lifecycle.read_pid(port)
     assert pid and healthy(port)
     log = lifecycle.log_file(port).read_text()

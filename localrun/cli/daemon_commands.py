@@ -6,15 +6,18 @@
 from __future__ import annotations
 
 import sys
-from typing import Optional
+from typing import TYPE_CHECKING, Optional
 
 import typer
 
 from localrun.cli.app import app
 from localrun.config import env_help
 
+if TYPE_CHECKING:
+    from localrun.client.address import Address
 
-def target(host: Optional[str]):  # -> Address; typed loosely to keep imports lazy
+
+def target(host: Optional[str]) -> Address:
     """The daemon address from `--host` or LOCALRUN_HOST."""
     from localrun.client.address import parse_address
     from localrun.config import raw
@@ -57,7 +60,7 @@ def serve(
         daemon.remove_pid_file(address.port)
 
 
-def _check_port_free(bind: str, address) -> None:
+def _check_port_free(bind: str, address: Address) -> None:
     import socket
 
     from localrun.cli import daemon
