@@ -68,6 +68,7 @@ def heavy_imports(env: dict[str, str]) -> list[str]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=7)
+    parser.add_argument("--show-rounds", action="store_true", help="print every round's seconds too")
     args = parser.parse_args()
     home = tempfile.mkdtemp(prefix="bench-cli-")
     port = free_port()
@@ -85,7 +86,7 @@ def main() -> None:
                 times[name].append(timed(command, env))
     finally:
         subprocess.run([PY, "-m", "localrun", "stop"], env=env, capture_output=True)
-    if os.environ.get("BENCH_VERBOSE"):
+    if args.show_rounds:
         print({name: [round(v, 2) for v in values] for name, values in times.items()})
     best = {name: min(values) for name, values in times.items()}
     med = {name: statistics.median(values) for name, values in times.items()}
