@@ -75,3 +75,17 @@ def test_unreachable_remote_host_is_one_error_line():
     done = run_cli("run", "smollm2", "hi", "--host", "http://192.0.2.1:9", timeout=60)
     assert done.returncode == 1
     assert done.stderr.startswith("error: ") and len(done.stderr.strip().splitlines()) == 1
+
+
+def test_ctrl_c_stops_a_streaming_answer(daemon):
+    import signal
+    import subprocess
+    import sys
+
+    proc = subprocess.Popen([sys.executable, "-m", "localrun", "run", "smollm2", "Write a long story about a dragon.",
+                             "--max-tokens", "2000"], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, env=daemon.env())
+    assert proc.stdout.read(1)  # the answer is streaming
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=30)
+    assert proc.returncode == 130 and b"Traceback" not in err
