@@ -162,7 +162,8 @@ def test_thinking_blocks_and_string_tool_results_are_accepted(client):
                                       "is_error": True}]},
     ]
     message = client.messages.create(model=MODEL, max_tokens=10, tools=TOOLS, messages=conversation,
-                                     metadata={"user_id": "u1"}, extra_body={"temperature": 0, "top_k": 5, "top_p": 0.9})
+                                     metadata={"user_id": "u1"},
+                                     extra_body={"temperature": 0, "top_k": 5, "top_p": 0.9})
     assert message.content
 
 

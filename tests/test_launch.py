@@ -19,8 +19,8 @@ TIERS = ("ANTHROPIC_MODEL", "ANTHROPIC_SMALL_FAST_MODEL", "ANTHROPIC_DEFAULT_OPU
 def fake_claude(bin_dir: Path, record: Path) -> None:
     bin_dir.mkdir()
     script = bin_dir / "claude"
-    script.write_text(f"#!/bin/sh\nexec {sys.executable} -c 'import json, os, sys; "
-                      f"json.dump({{\"env\": dict(os.environ), \"argv\": sys.argv[1:]}}, open(\"{record}\", \"w\"))' \"$@\"\n")
+    program = f"import json, os, sys; json.dump({{'env': dict(os.environ), 'argv': sys.argv[1:]}}, open({str(record)!r}, 'w'))"
+    script.write_text(f'#!/bin/sh\nexec {sys.executable} -c "{program}" "$@"\n')
     script.chmod(0o755)
 
 

@@ -28,8 +28,9 @@ PARSED = [
     ('<tool_call>\n{"name": "add", "arguments": {"a": 1, "b": 2}}\n</tool_call>', "", [("add", {"a": 1, "b": 2})]),
     ('Let me check.\n<tool_call>{"name": "get_weather", "arguments": {"city": "Oslo"}}</tool_call>',
      "Let me check.", [("get_weather", {"city": "Oslo"})]),
-    ('<tool_call>{"name":"add","arguments":{"a":1,"b":2}}</tool_call>\n<tool_call>{"name":"add","arguments":{"a":3,"b":4}}'
-     '</tool_call>', "", [("add", {"a": 1, "b": 2}), ("add", {"a": 3, "b": 4})]),
+    ('<tool_call>{"name":"add","arguments":{"a":1,"b":2}}</tool_call>\n'
+     '<tool_call>{"name":"add","arguments":{"a":3,"b":4}}</tool_call>', "",
+     [("add", {"a": 1, "b": 2}), ("add", {"a": 3, "b": 4})]),
     ('<tool_call>{"name": "add", "arguments": {"a": 1, "b": 2}}', "", [("add", {"a": 1, "b": 2})]),  # unclosed
     ('<tool_call>{"name": "add", "arguments": "{\\"a\\": 5}"}</tool_call>', "", [("add", {"a": 5})]),  # string args
     ('{"name": "get_weather", "parameters": {"city": "Rome"}}', "", [("get_weather", {"city": "Rome"})]),  # Llama 3

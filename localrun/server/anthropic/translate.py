@@ -136,7 +136,8 @@ def new_id() -> str:
 
 
 def message(done: Done, model: str) -> dict[str, Any]:
-    content = ([{"type": "text", "text": done.text}] if done.text else []) + [tool_use(call) for call in done.tool_calls]
+    text = [{"type": "text", "text": done.text}] if done.text else []
+    content = text + [tool_use(call) for call in done.tool_calls]
     return {"id": new_id(), "type": "message", "role": "assistant", "model": model, "content": content,
             "stop_reason": stop_reason(done), "stop_sequence": stop_sequence(done), "usage": usage(done.timings)}
 
