@@ -86,6 +86,12 @@ def test_run_without_prompt_on_a_terminal_chats_and_ctrl_d_leaves(daemon):
     child.expect("architecture +llama")
     child.sendline("/show template")
     child.expect_exact("<|im_start|>")
+    child.sendline("/load no-such-model-xyz")  # an error is one line; the session goes on
+    child.expect_exact("error: ")
+    child.expect_exact(PROMPT)
+    child.sendline("/set parameter temperature hot")
+    child.expect_exact("error: option temperature needs a float")
+    child.expect_exact(PROMPT)
     child.sendline("/load smollm2:135m")
     child.expect_exact("Loading model 'smollm2:135m'")
     child.expect_exact(PROMPT)

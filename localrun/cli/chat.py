@@ -50,22 +50,18 @@ class ChatSession:
     # -- one turn -------------------------------------------------------------------------------
 
     def ask(self, text: str) -> None:
-        """Send one user message and stream the answer; Ctrl-C drops the unfinished turn."""
-        self.messages.append({"role": "user", "content": text})
+        """Send one user message and stream the answer; the turn is kept only when it completes."""
+        turn = {"role": "user", "content": text}
         system = [{"role": "system", "content": self.system}] if self.system else []
         started = time.monotonic()
-        stream = self.client.chat(self.model, system + self.messages, self.options, stream=True)
+        stream = self.client.chat(self.model, system + self.messages + [turn], self.options, stream=True)
         try:
             answer = (_render_markdown if self.markdown else _render_plain)(stream)
         except KeyboardInterrupt:
-            stream.close()
-            self.messages.pop()
+            stream.close()  # drops the connection: the daemon cancels the generation
             say("\n(answer stopped)")
             return
-        except LocalrunError:
-            self.messages.pop()
-            raise
-        self.messages.append({"role": "assistant", "content": answer})
+        self.messages += [turn, {"role": "assistant", "content": answer}]
         if self.verbose:
             say(format_stats(stream.completion, time.monotonic() - started))
 
