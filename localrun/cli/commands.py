@@ -5,3 +5,4 @@ from localrun.cli import daemon_commands  # noqa: F401  serve, stop, status, ps,
 from localrun.cli import generate_commands  # noqa: F401  run, chat, batch
 from localrun.cli import doctor_commands  # noqa: F401  doctor
 from localrun.cli import launch_commands  # noqa: F401  launch claude
+from localrun.cli import quantize_commands  # noqa: F401  quantize, perplexity

@@ -71,6 +71,12 @@ class Client:
         """Ollama's `/api/show`: details, parameters, template, model_info."""
         return self._json("POST", "/api/show", json={"model": model})
 
+    def perplexity(self, model: str, text: str, ctx: int = 512, batch: int = 2048) -> dict[str, Any]:
+        """`/api/perplexity` (localrun only): perplexity, nll, tokens, scored, chunks, ctx, seconds.
+        No read timeout: a long text takes as long as evaluating it."""
+        body = {"model": model, "text": text, "ctx": ctx, "batch": batch}
+        return self._json("POST", "/api/perplexity", json=body, timeout=_GENERATE)
+
     # -- generation -----------------------------------------------------------------------------
 
     def chat(self, model: str, messages: Messages, options: GenerateOptions | None = None,

@@ -3,6 +3,7 @@
     python -m localrun.engine.quantize SRC OUT TYPE [--allow-requantize] [--threads N]
 
 Each line on stdout is one JSON event:
+    {"event": "start", "type": "Q8_0"}                                            the type is known
     {"event": "tensor", "index": 3, "total": 272, "name": "blk.0.attn_k.weight"}   one per tensor
     {"event": "done", "type": "Q8_0", "size": 144000000}                          exit 0
     {"event": "error", "message": "...", "usage": true|false}                     exit 2 (usage) or 1
@@ -69,6 +70,7 @@ def quantize(src: str, out: str, type_name: str, allow_requantize: bool, threads
         emit({"event": "error", "usage": True,
               "message": f"unknown quantization type {type_name!r}; choose one of {', '.join(types)}"})
         return 2
+    emit({"event": "start", "type": type_name.upper()})
     lines = _LogLines(emit)
     callback = L.llama_log_callback(lambda level, text, user: lines.feed(text.decode("utf-8", "replace")))
     L.llama_log_set(callback, ctypes.c_void_p(0))

@@ -13,6 +13,7 @@ from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from localrun.engine import Engine, Finished, Request, Token
+from localrun.engine.perplexity import perplexity
 from localrun.errors import InvalidRequest, LocalrunError
 from localrun.native import GenerateRequest
 from localrun.runner.prompt import build_grammar, build_prompt
@@ -127,6 +128,14 @@ class RunnerHost:
     def _op_embed(self, rid: str, message: dict[str, Any]) -> None:
         vectors, tokens = self.engine.embed(message["inputs"])
         self._result(rid, {"embeddings": vectors, "prompt_tokens": tokens})
+
+    def _op_perplexity(self, rid: str, message: dict[str, Any]) -> None:
+        """Runs on the engine thread on a context of its own: this model's generations wait meanwhile."""
+        engine = self.engine
+        result = perplexity(engine.model, message["text"], ctx=message.get("ctx", 512), batch=message.get("batch", 2048),
+                            threads=engine.info["threads"], kv_type=engine.settings.kv_cache_type,
+                            flash_attn=engine.flash_attn)
+        self._result(rid, result.to_dict())
 
     def _op_health(self, rid: str, message: dict[str, Any]) -> None:
         self._result(rid, {"running": len(self.choices)})

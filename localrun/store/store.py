@@ -15,6 +15,7 @@ import contextlib
 import errno
 import hashlib
 import importlib.util
+import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -78,6 +79,26 @@ class Store:
         emit(PullProgress("success", manifest.digest))
         return self._model(manifest)
 
+    def temp_file(self, prefix: str) -> Path:
+        """A fresh path in `partial/` for a model file this machine writes (`quantize`): on the store's
+        filesystem, so `import_file` can move it into `blobs/` atomically. The caller deletes it on failure."""
+        self.layout.partial.mkdir(parents=True, exist_ok=True)
+        return self.layout.partial_file(f"{prefix}-{uuid.uuid4().hex}")
+
+    def import_file(self, path: Path, name: str, *, source: str, origin: dict | None = None,
+                    defaults: dict | None = None, progress: Progress | None = None) -> Model:
+        """Record a GGUF file made on this machine under `name`, with `origin` saying what it was made
+        from. A file from `temp_file()` is verified and moved in; any other file is copied."""
+        target = _Target(parse_name(name), source, progress or (lambda event: None), defaults or {}, origin or {})
+        path = Path(path)
+        with _os_errors(), self._lock("name-" + _short_hash(str(target.name))):
+            if path.parent != self.layout.partial:
+                manifest = self._import(path, "", target)
+            else:
+                digest = hash_file(path)
+                manifest = self._commit(target, digest, self._validate(path, digest, target), path)
+        return self._model(manifest)
+
     def remove(self, ref: str) -> None:
         """Delete a model's manifest and every blob no manifest references any more."""
         manifest = self._find(parse_reference(ref))
@@ -93,7 +114,7 @@ class Store:
         if manifest is None:
             raise self._not_pulled(src)
         copy = Manifest(parse_name(dst), manifest.digest, manifest.size, manifest.source, _now(),
-                        manifest.facts, manifest.link, manifest.defaults)
+                        manifest.facts, manifest.link, manifest.defaults, manifest.origin)
         with _os_errors(), self._lock("gc"):
             self._replace_manifest(copy)
         return self._model(copy)
@@ -135,7 +156,7 @@ class Store:
         if check:
             self._check_file(manifest, path)
         return Model(str(manifest.name), manifest.digest, path, manifest.size, manifest.modified,
-                     manifest.source, manifest.facts, manifest.link is not None, manifest.defaults)
+                     manifest.source, manifest.facts, manifest.link is not None, manifest.defaults, manifest.origin)
 
     def _check_file(self, manifest: Manifest, path: Path) -> None:
         link = manifest.link
@@ -240,7 +261,8 @@ class Store:
             elif not link and not self.layout.blob(digest).is_file():
                 raise StoreError(f"{target.name}: its file vanished while pulling; try again")
             size = link.size if link else self.layout.blob(digest).stat().st_size
-            manifest = Manifest(target.name, digest, size, target.source, _now(), info.facts, link, target.defaults)
+            manifest = Manifest(target.name, digest, size, target.source, _now(), info.facts, link, target.defaults,
+                                target.origin)
             self._replace_manifest(manifest)
         return manifest
 
@@ -284,6 +306,7 @@ class _Target:
     source: str
     emit: Progress
     defaults: dict = field(default_factory=dict)
+    origin: dict = field(default_factory=dict)
 
 
 def _package_file(entry: Entry) -> Path | None:

@@ -1,0 +1,29 @@
+"""`POST /api/perplexity` (a localrun extension): llama-perplexity's measure of a text under a model,
+so a quantization can be compared with its source.
+
+    {"model": "smollm2", "text": "...", "ctx": 512, "batch": 2048}
+    -> {"perplexity": 12.3, "nll": 2.51, "tokens": 4100, "scored": 2032, "chunks": 8, "ctx": 512, "seconds": 3.1}
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import APIRouter, Request
+from pydantic import BaseModel, ConfigDict, Field
+
+router = APIRouter(tags=["perplexity"])
+
+
+class PerplexityRequest(BaseModel):
+    model_config = ConfigDict(extra="allow")
+    model: str = Field(min_length=1)
+    text: str = Field(min_length=1)
+    ctx: int = Field(512, ge=16, description="Tokens per chunk; the second half of each chunk is scored.")
+    batch: int = Field(2048, ge=1, description="Tokens per llama_decode: batch // ctx chunks evaluated together.")
+
+
+@router.post("/api/perplexity")
+async def perplexity(body: PerplexityRequest, request: Request) -> dict[str, Any]:
+    async with request.app.state.manager.lease(body.model) as loaded:
+        return await loaded.runner.call("perplexity", text=body.text, ctx=body.ctx, batch=body.batch)

@@ -1,0 +1,135 @@
+"""`localrun quantize` through the real CLI: the bundled SmolLM2 (Q4_1) requantized by llama.cpp in a
+child process, the result in the store with its origin, served and generating through a real daemon."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+
+import httpx
+import pytest
+
+from localrun.store import Store
+from tests.cli import run_cli
+from tests.daemon import start_daemon
+
+SOURCE = "smollm2:135m"
+
+
+@pytest.fixture(scope="module")
+def home(tmp_path_factory):
+    """A store holding the bundled model and its Q8_0 and Q4_0 quantizations (made once for the module)."""
+    home = tmp_path_factory.mktemp("quantize-home")
+    env = {"LOCALRUN_HOME": str(home)}
+    assert run_cli("pull", "smollm2", "--quiet", env=env).returncode == 0
+    for name, type_ in (("smollm2:q8", "Q8_0"), ("smollm2:q4", "q4_0")):
+        done = run_cli("quantize", "smollm2", name, "--type", type_, env=env)
+        assert done.returncode == 0, done.stderr
+        assert done.stdout.startswith(f"quantized {SOURCE} to {name} ({type_.upper()}, ")
+        assert done.stderr.count("warning: smollm2:135m is already quantized (Q4_1)") == 1
+    return home
+
+
+def _models(home) -> dict[str, dict]:
+    listed = run_cli("list", "--json", env={"LOCALRUN_HOME": str(home)})
+    return {m["name"]: m for m in json.loads(listed.stdout)}
+
+
+def test_results_are_listed_with_their_quantization(home):
+    listing = run_cli("list", env={"LOCALRUN_HOME": str(home)}).stdout.splitlines()
+    rows = {line.split()[0]: line.split() for line in listing[1:]}
+    assert rows["smollm2:q8"][4] == "Q8_0" and rows["smollm2:q4"][4] == "Q4_0"
+    models = _models(home)
+    assert models["smollm2:q8"]["size"] > models[SOURCE]["size"] > models["smollm2:q4"]["size"]
+
+
+def test_manifest_records_the_origin(home):
+    models = _models(home)
+    for name, type_ in (("smollm2:q8", "Q8_0"), ("smollm2:q4", "Q4_0")):
+        assert models[name]["origin"] == {"model": SOURCE, "digest": models[SOURCE]["digest"], "type": type_}
+        assert models[name]["source"] == f"quantize:{SOURCE}"
+        assert models[name]["defaults"] == models[SOURCE]["defaults"]
+    assert models[SOURCE]["origin"] == {}
+    assert not list((home / "models" / "partial").glob("*.partial"))
+
+
+def test_quantized_models_load_and_generate(home):
+    daemon = start_daemon(home, {"LOCALRUN_PARALLEL": "1", "LOCALRUN_CTX_SIZE": "512"}, pull=False)
+    try:
+        for name in ("smollm2:q8", "smollm2:q4"):
+            body = {"model": name, "messages": [{"role": "user", "content": "Name a colour."}],
+                    "max_tokens": 8, "temperature": 0}
+            answer = httpx.post(f"{daemon.url}/v1/chat/completions", json=body, timeout=120)
+            assert answer.status_code == 200, answer.text
+            assert answer.json()["usage"]["completion_tokens"] > 0
+            assert answer.json()["choices"][0]["message"]["content"].strip()
+    finally:
+        daemon.stop()
+
+
+def test_unknown_type_is_a_usage_error(home):
+    done = run_cli("quantize", "smollm2", "smollm2:bad", "--type", "Q9_9", env={"LOCALRUN_HOME": str(home)})
+    assert done.returncode == 2
+    assert done.stderr.startswith("error: unknown quantization type 'Q9_9'; choose one of ")
+    assert len(done.stderr.splitlines()) == 1 and "Q4_K_M" in done.stderr and "Traceback" not in done.stderr
+
+
+def test_a_type_the_source_cannot_take_is_one_line(home):
+    done = run_cli("quantize", "smollm2", "smollm2:iq", "--type", "IQ2_XXS", env={"LOCALRUN_HOME": str(home)})
+    assert done.returncode == 1
+    assert done.stderr.splitlines()[-1] == "error: cannot quantize to IQ2_XXS: this quantization requires an imatrix!"
+    assert "smollm2:iq" not in _models(home)
+    assert not list((home / "models" / "partial").glob("*.partial"))
+
+
+def test_missing_source_exits_1():
+    done = run_cli("quantize", "nosuch", "nosuch:q4", "--type", "Q4_0")
+    assert done.returncode == 1
+    assert done.stderr.startswith("error: model 'nosuch' is not pulled")
+    assert len(done.stderr.splitlines()) == 1
+
+
+def test_bad_destination_name_is_refused_before_work(home):
+    done = run_cli("quantize", "smollm2", "Bad Name!", "--type", "Q4_0", env={"LOCALRUN_HOME": str(home)})
+    assert done.returncode == 2 and done.stderr.startswith("error: ") and len(done.stderr.splitlines()) == 1
+
+
+def test_json_reports_tensor_progress_and_the_result(home):
+    done = run_cli("quantize", "smollm2", "smollm2:q8json", "--type", "Q8_0", "--json", env={"LOCALRUN_HOME": str(home)})
+    assert done.returncode == 0, done.stderr
+    events = [json.loads(line) for line in done.stdout.splitlines()]
+    tensors = [e for e in events if e["event"] == "tensor"]
+    assert [e["index"] for e in tensors] == list(range(1, tensors[0]["total"] + 1))
+    assert events[-1]["event"] == "success" and events[-1]["model"]["quantization"] == "Q8_0"
+
+
+def test_ctrl_c_leaves_nothing_behind(home):
+    env = {**os.environ, "LOCALRUN_HOME": str(home)}
+    cli = subprocess.Popen([sys.executable, "-m", "localrun", "quantize", "smollm2", "smollm2:cut", "--type", "Q6_K",
+                            "--json"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+                           start_new_session=True)
+    for line in cli.stdout:  # interrupt in the middle of the tensors
+        if json.loads(line).get("index") == 20:
+            break
+    os.killpg(cli.pid, signal.SIGINT)  # as a terminal's Ctrl-C: the whole foreground group
+    cli.communicate(timeout=60)
+    assert cli.returncode == 130
+    assert not list((home / "models" / "partial").glob("*.partial"))
+    assert "smollm2:cut" not in _models(home)
+
+
+def test_import_file_moves_a_temp_file_in_and_copy_keeps_the_origin(smollm2_path):
+    store = Store()
+    partial = store.temp_file("test")
+    partial.write_bytes(smollm2_path.read_bytes())
+    model = store.import_file(partial, "made:one", source="test", origin={"model": "x", "type": "Q4_1"},
+                              defaults={"num_ctx": 1024})
+    assert not partial.exists() and model.path.is_file()
+    assert model.origin == {"model": "x", "type": "Q4_1"} and model.defaults == {"num_ctx": 1024}
+    assert store.copy("made:one", "made:two").origin == model.origin
+    assert store.resolve("made:two").origin == model.origin
+    copied = store.import_file(smollm2_path, "made:three", source="test")
+    assert smollm2_path.is_file() and copied.digest == model.digest and copied.origin == {}
