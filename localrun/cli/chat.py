@@ -16,7 +16,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from localrun.cli.generation import PullReporter, format_stats
+from localrun.cli.generation import ensure_model, format_stats
 from localrun.client import Client, GenerateOptions
 from localrun.errors import LocalrunError
 
@@ -124,11 +124,7 @@ class ChatSession:
         if not args:
             say("Usage: /load MODEL")
             return
-        model = args[0]
-        if self.manage_models:
-            from localrun.store.store import Store
-
-            model = Store().pull(model, progress=PullReporter()).name
+        model = ensure_model(args[0]) if self.manage_models else args[0]
         self.model = model
         self.messages.clear()
         say(f"Loading model '{model}'")

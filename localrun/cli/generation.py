@@ -57,31 +57,38 @@ def ensure_model(name: str) -> str:
     """Pull `name` into the store if it is not there (progress on stderr); its canonical name."""
     from localrun.store.store import Store
 
-    return Store().pull(name, progress=PullReporter()).name
+    reporter = PullReporter()
+    try:
+        return Store().pull(name, progress=reporter).name
+    finally:
+        reporter.close()
 
 
 class PullReporter:
-    """Pull progress on stderr, shown only when work happens (a present model pulls silently).
-
-    On a terminal the byte count updates in place; on a pipe each status is one line.
-    """
+    """Pull progress on stderr once work happens (a present model pulls silently): the store's
+    progress bar on a terminal, one line per step on a pipe."""
 
     def __init__(self) -> None:
         self._status = ""
-        self._open = False  # a progress line without its newline yet
+        self._bar = None
 
     def __call__(self, event) -> None:
         if event.status in ("pulling manifest", "success") and not self._status:
             return
-        if event.total and sys.stderr.isatty():
-            sys.stderr.write(f"\r{event.status} {100 * event.completed // event.total:3d}% of "
-                             f"{event.total / 1e6:.0f} MB")
-            self._open = True
+        if sys.stderr.isatty():
+            if self._bar is None:
+                from localrun.cli.store_commands import PullBar
+
+                self._bar = PullBar()
+            self._bar(event)
         elif event.status != self._status:
-            sys.stderr.write(("\n" if self._open else "") + event.status + "\n")
-            self._open = False
-        sys.stderr.flush()
+            sys.stderr.write(event.status + "\n")
+            sys.stderr.flush()
         self._status = event.status
+
+    def close(self) -> None:
+        if self._bar is not None:
+            self._bar.close()
 
 
 def messages_for(prompt: str, system: Optional[str]) -> list[dict]:
