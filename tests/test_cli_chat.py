@@ -151,3 +151,15 @@ def test_transcript_and_info():
             "model_info": {"general.architecture": "llama", "llama.context_length": 8192}}
     assert info_lines(show) == ["  Model", "    architecture        llama", "    parameters          135M",
                                 "    context length      8192", "    quantization        Q4_1"]
+
+
+def test_chat_reads_a_script_from_a_pipe(daemon):
+    from tests.cli import run_cli
+
+    done = run_cli("chat", "smollm2", "--max-tokens", "6", env=daemon.env(),
+                   input='/set system Be brief.\n"""Say\nhello"""\n/show system\n/bye\nnever sent\n')
+    assert done.returncode == 0, done.stderr
+    out = done.stdout
+    assert ">>>" not in out and "\x1b" not in out
+    assert out.startswith("Set system message.\n") and out.rstrip().endswith("Be brief.")
+    assert len(out.splitlines()) >= 4  # the answer sits between the two command replies

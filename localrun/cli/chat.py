@@ -211,16 +211,17 @@ def read_message(read_line: Callable[[str], str]) -> str:
 
 
 def line_reader() -> Callable[[str], str]:
-    """prompt_toolkit with persistent history on a terminal; plain input() otherwise."""
+    """prompt_toolkit with persistent history on a terminal; on a pipe, lines without prompts."""
     if not sys.stdin.isatty():
-        return input
+        return lambda prompt: input()
     from prompt_toolkit import PromptSession
     from prompt_toolkit.history import FileHistory
 
     from localrun.paths import data_dir
 
     data_dir().mkdir(parents=True, exist_ok=True)
-    session: PromptSession = PromptSession(history=FileHistory(str(data_dir() / "chat_history")))
+    session: PromptSession = PromptSession(history=FileHistory(str(data_dir() / "chat_history")),
+                                           placeholder="Send a message (/? for help)")
     return lambda prompt: session.prompt(prompt)
 
 
