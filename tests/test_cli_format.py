@@ -18,7 +18,8 @@ def test_human_size(n, text):
 
 
 @pytest.mark.parametrize("delta, text", [
-    (timedelta(minutes=4, seconds=30), "4 minutes from now"), (timedelta(seconds=1), "1 second from now"),
+    (timedelta(minutes=4, seconds=20), "4 minutes from now"), (timedelta(seconds=599.9), "10 minutes from now"),
+    (timedelta(seconds=1), "1 second from now"),
     (timedelta(hours=2), "2 hours from now"), (timedelta(days=1), "1 day from now"),
     (timedelta(seconds=-5), "Stopping..."), (timedelta(days=365 * 290), "Forever"),
 ])

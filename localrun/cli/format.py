@@ -37,7 +37,7 @@ def until(expires_at: str, now: datetime | None = None) -> str:
 def _span(seconds: float) -> str:
     for unit, size in (("day", 86400), ("hour", 3600), ("minute", 60)):
         if seconds >= size:
-            count = int(seconds // size)
+            count = int(seconds / size + 0.5)  # a fresh "10m" keep-alive reads 10 minutes, not 9
             return f"{count} {unit}{'s' if count != 1 else ''}"
     count = max(1, int(seconds))
     return f"{count} second{'s' if count != 1 else ''}"
