@@ -133,7 +133,7 @@ def test_busy_port_is_reported_clearly(port):
 
 
 def test_foreground_serve_pid_file_and_sigterm(port):
-    server = subprocess.Popen([sys.executable, "-m", "localrun", "serve", "--port", str(port)],
+    server = subprocess.Popen([sys.executable, "-m", "localrun", "serve", "--port", str(port), "--gpu-layers", "0"],
                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     try:
         deadline = time.monotonic() + 60
@@ -149,6 +149,11 @@ def test_foreground_serve_pid_file_and_sigterm(port):
     finally:
         if server.poll() is None:
             server.kill()
+
+
+def test_serve_refuses_bad_gpu_layers(port):
+    done = run_cli("serve", "--port", str(port), "--gpu-layers", "most")
+    assert done.returncode == 2 and "--gpu-layers" in done.stderr
 
 
 def test_serve_refuses_a_public_bind_without_a_key(port):

@@ -33,6 +33,9 @@ def serve(
     host: Optional[str] = typer.Option(None, "--host", help="Bind address, HOST[:PORT]; default LOCALRUN_HOST."),
     port: Optional[int] = typer.Option(None, "--port", help="Bind port (overrides a port in --host)."),
     insecure: bool = typer.Option(False, "--insecure", help="Allow a non-loopback bind without LOCALRUN_API_KEY."),
+    gpu_layers: Optional[str] = typer.Option(None, "--gpu-layers",
+                                             help="Layers to offload when the build has a GPU backend: N or auto "
+                                                  "(overrides LOCALRUN_GPU_LAYERS)."),
 ) -> None:
     """Run the daemon in the foreground (logs to stderr; Ctrl-C or SIGTERM stops it gracefully)."""
     import signal
@@ -40,8 +43,10 @@ def serve(
 
     from localrun.cli import daemon
     from localrun.config import Config
-    from localrun.errors import DaemonUnavailable
+    from localrun.errors import DaemonUnavailable, UsageError
 
+    if gpu_layers not in (None, "auto") and not gpu_layers.lstrip("-").isdigit():
+        raise UsageError(f"--gpu-layers must be a number of layers or auto, got {gpu_layers!r}")
     address = target(host)
     address = replace(address, port=port) if port is not None else address
     bind = address.host or "127.0.0.1"
@@ -55,7 +60,8 @@ def serve(
     signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(0))
     daemon.write_pid_file(address.port)
     try:
-        run_server(Config.from_env(), bind, address.port, insecure=insecure)
+        config = Config.from_env()
+        run_server(replace(config, gpu_layers=gpu_layers or config.gpu_layers), bind, address.port, insecure=insecure)
     finally:
         daemon.remove_pid_file(address.port)
 
