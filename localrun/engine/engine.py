@@ -20,6 +20,7 @@ from localrun.engine.embed import Embedder
 from localrun.engine.events import Event, Finished, Timings, Token
 from localrun.engine.sampler import Sampler, log_softmax, top_logprobs
 from localrun.engine.scheduler import Plan, Scheduler
+from localrun.engine.scoring import Scorer
 from localrun.engine.sequence import Request, Sequence
 from localrun.engine.settings import FLASH_ATTN, KV_CACHE_TYPES, EngineSettings, physical_cores, resolve_flash_attn
 from localrun.engine.stops import StopMatcher
@@ -63,6 +64,7 @@ class Engine:
         self.batch = Batch(settings.batch_size)
         self.scheduler = Scheduler(settings.parallel, settings.batch_size)
         self._embedder: Embedder | None = None
+        self._scorer: Scorer | None = None
         self._eog: list[int] | None = None
         self.load_ms = (time.perf_counter() - start) * 1000
         self._unbilled_load_ms = self.load_ms
@@ -250,6 +252,21 @@ class Engine:
             self._embedder = Embedder(self.model, size, self._threads)
         return self._embedder.embed(texts)
 
+    def score(self, prompt_tokens: list[int], options: list[list[int]]) -> list[float]:
+        """Sum of full-vocabulary log-probabilities of each option's tokens after the prompt.
+
+        Runs at once on the caller's (the engine's) thread: the prompt is evaluated once (reusing
+        the previous scoring prompt's prefix) and every option is forked from it in one batch.
+        `scoring_cached_tokens` then tells how many prompt tokens were reused.
+        """
+        if self._scorer is None:
+            self._scorer = Scorer(self.model, self.settings.ctx_size, self.settings.batch_size, self._threads)
+        return self._scorer.score(prompt_tokens, options)
+
+    @property
+    def scoring_cached_tokens(self) -> int:
+        return self._scorer.n_cached if self._scorer else 0
+
     # -- facts and lifetime -----------------------------------------------------------------------
 
     @property
@@ -281,9 +298,10 @@ class Engine:
         """Free everything llama.cpp holds for this engine; safe to call twice."""
         for seq in (*self.scheduler.running, *self.scheduler.waiting):
             seq.state.sampler.free()
-        if self._embedder:
-            self._embedder.close()
-            self._embedder = None
+        for helper in (self._embedder, self._scorer):
+            if helper:
+                helper.close()
+        self._embedder = self._scorer = None
         self.batch.free()
         if self.ctx:
             L.llama_free(self.ctx)
