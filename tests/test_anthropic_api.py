@@ -234,6 +234,26 @@ def test_pings_fill_silences_and_the_pending_read_is_cancelled_on_exit():
 
 
 @pytest.fixture
+def keyed_daemon(tmp_path):
+    from tests.daemon import start_daemon
+
+    d = start_daemon(tmp_path / "keyed", {"LOCALRUN_API_KEY": "sk-local-1"})
+    yield d
+    d.stop()
+
+
+def test_api_key_as_x_api_key_or_bearer_token(keyed_daemon):
+    """The SDK sends `api_key` as x-api-key and `auth_token` (Claude Code's ANTHROPIC_AUTH_TOKEN) as Bearer."""
+    for credentials in ({"api_key": "sk-local-1"}, {"auth_token": "sk-local-1", "api_key": None}):
+        client = anthropic.Anthropic(base_url=keyed_daemon.url, max_retries=0, **credentials)
+        assert client.messages.count_tokens(model=MODEL, messages=ask("hi")).input_tokens > 0
+    wrong = anthropic.Anthropic(base_url=keyed_daemon.url, api_key="sk-wrong", max_retries=0)
+    with pytest.raises(anthropic.AuthenticationError) as refused:
+        wrong.messages.create(model=MODEL, max_tokens=5, messages=ask("hi"))
+    assert refused.value.body["error"]["type"] == "authentication_error"
+
+
+@pytest.fixture
 def busy_daemon(tmp_path):
     """A daemon with one slot and no queue: a second request is refused at once."""
     from tests.daemon import start_daemon

@@ -16,7 +16,7 @@ from localrun.errors import InvalidRequest
 from localrun.tools import CallHoldback, parse_tool_calls, prepare_messages, tool_call_grammar
 from localrun.tools.grammar import call_schema
 from localrun.tools.prompt import format_call
-from tests.tool_fixtures import ADD, BOOK, CITY_WEATHER, WEATHER, openai_tool, two_shot
+from tests.tool_fixtures import ADD, BOOK, CITY_WEATHER, WEATHER, as_ollama, openai_tool, two_shot
 
 MODEL = "smollm2"
 NAMES = {"get_weather", "add"}
@@ -225,10 +225,7 @@ def test_unknown_named_tool_is_a_400(client):
 
 def test_ollama_client_tool_calls_and_round_trip(daemon):
     client = ollama.Client(host=daemon.url)
-    history = [dict(m, tool_calls=[{"function": {"name": c["function"]["name"],
-                                                 "arguments": json.loads(c["function"]["arguments"])}}
-                                   for c in m["tool_calls"]]) if m.get("tool_calls") else
-               {k: v for k, v in m.items() if k != "tool_call_id"} for m in two_shot("Weather in Rome?")]
+    history = as_ollama(two_shot("Weather in Rome?"))
     tools = [openai_tool(CITY_WEATHER)]
     answer = client.chat(model=MODEL, messages=history, tools=tools, options={"temperature": 0, "num_predict": 60})
     [call] = answer.message.tool_calls

@@ -3,6 +3,8 @@ which even SmolLM2-135M calls a tool on its own (tool_choice auto)."""
 
 from __future__ import annotations
 
+import json
+
 WEATHER = {
     "name": "get_weather",
     "description": "Get the current weather for a city",
@@ -54,3 +56,16 @@ def two_shot(question: str) -> list[dict]:
                      {"role": "tool", "tool_call_id": f"call_{i}", "content": result},
                      {"role": "assistant", "content": f"It is {result} in {city}."}]
     return messages + [{"role": "user", "content": question}]
+
+
+def as_ollama(messages: list[dict]) -> list[dict]:
+    """OpenAI-shaped messages as Ollama writes them: arguments as objects, tool results without ids."""
+    def convert(message: dict) -> dict:
+        out = {k: v for k, v in message.items() if k not in ("tool_call_id", "tool_calls")}
+        if message.get("tool_calls"):
+            out["tool_calls"] = [{"function": {"name": c["function"]["name"],
+                                               "arguments": json.loads(c["function"]["arguments"])}}
+                                 for c in message["tool_calls"]]
+        return out
+
+    return [convert(m) for m in messages]
