@@ -111,11 +111,24 @@ class Config:
             batch_size=_int("LOCALRUN_BATCH_SIZE"),
             threads=raw("LOCALRUN_THREADS"),
             flash_attn=raw("LOCALRUN_FLASH_ATTN"),
-            kv_cache_type=raw("LOCALRUN_KV_CACHE_TYPE"),
+            kv_cache_type=check_kv_cache_type(raw("LOCALRUN_KV_CACHE_TYPE"), raw("LOCALRUN_FLASH_ATTN")),
             gpu_layers=raw("LOCALRUN_GPU_LAYERS"),
             speculative=_int("LOCALRUN_SPECULATIVE"),
             debug=raw("LOCALRUN_DEBUG") not in ("", "0", "false"),
         )
+
+
+KV_CACHE_TYPES = ("f16", "q8_0", "q4_0")
+
+
+def check_kv_cache_type(kv_cache_type: str, flash_attn: str) -> str:
+    """Refuse at start what llama.cpp would refuse at the first model load: an unknown type, or a
+    quantized KV cache without flash attention (llama.cpp needs it for a quantized V cache)."""
+    if kv_cache_type not in KV_CACHE_TYPES:
+        raise UsageError(f"KV cache type must be one of {', '.join(KV_CACHE_TYPES)}, got {kv_cache_type!r}")
+    if kv_cache_type != "f16" and flash_attn == "off":
+        raise UsageError(f"a {kv_cache_type} KV cache needs flash attention: set LOCALRUN_FLASH_ATTN to auto or on")
+    return kv_cache_type
 
 
 def _csv(value: str) -> tuple[str, ...]:
@@ -139,4 +152,4 @@ def env_help() -> str:
     return "\n".join(f"{s.env:<{width}}  {s.help}" + (f" [default: {s.default}]" if s.default else "") for s in SETTINGS)
 
 
-__all__ = ["Config", "SETTINGS", "Setting", "DEFAULT_PORT", "env_help", "raw"]
+__all__ = ["Config", "SETTINGS", "Setting", "DEFAULT_PORT", "KV_CACHE_TYPES", "check_kv_cache_type", "env_help", "raw"]

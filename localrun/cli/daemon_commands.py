@@ -36,17 +36,21 @@ def serve(
     gpu_layers: Optional[str] = typer.Option(None, "--gpu-layers",
                                              help="Layers to offload when the build has a GPU backend: N or auto "
                                                   "(overrides LOCALRUN_GPU_LAYERS)."),
+    kv_cache_type: Optional[str] = typer.Option(None, "--kv-cache-type",
+                                                help="KV cache type: f16, q8_0 or q4_0 (overrides LOCALRUN_KV_CACHE_TYPE)."),
 ) -> None:
     """Run the daemon in the foreground (logs to stderr; Ctrl-C or SIGTERM stops it gracefully)."""
     import signal
     from dataclasses import replace
 
     from localrun.cli import daemon
-    from localrun.config import Config
+    from localrun.config import Config, check_kv_cache_type
     from localrun.errors import DaemonUnavailable, UsageError
 
     if gpu_layers not in (None, "auto") and not gpu_layers.lstrip("-").isdigit():
         raise UsageError(f"--gpu-layers must be a number of layers or auto, got {gpu_layers!r}")
+    if kv_cache_type is not None:
+        check_kv_cache_type(kv_cache_type, Config.from_env().flash_attn)
     address = target(host)
     address = replace(address, port=port) if port is not None else address
     bind = address.host or "127.0.0.1"
@@ -61,7 +65,9 @@ def serve(
     daemon.write_pid_file(address.port)
     try:
         config = Config.from_env()
-        run_server(replace(config, gpu_layers=gpu_layers or config.gpu_layers), bind, address.port, insecure=insecure)
+        config = replace(config, gpu_layers=gpu_layers or config.gpu_layers,
+                         kv_cache_type=kv_cache_type or config.kv_cache_type)
+        run_server(config, bind, address.port, insecure=insecure)
     finally:
         daemon.remove_pid_file(address.port)
 
@@ -118,7 +124,7 @@ def status(host: Optional[str] = typer.Option(None, "--host", help=HOST_HELP)) -
 
 @app.command()
 def ps(host: Optional[str] = typer.Option(None, "--host", help=HOST_HELP)) -> None:
-    """List the loaded models: NAME, ID, SIZE, PROCESSOR, CONTEXT, UNTIL."""
+    """List the loaded models: NAME, ID, SIZE, PROCESSOR, CONTEXT (with a quantized KV cache's type), UNTIL."""
     from localrun.cli import daemon
     from localrun.cli.format import human_size, processor, table, until
     from localrun.client import Client
@@ -129,8 +135,14 @@ def ps(host: Optional[str] = typer.Option(None, "--host", help=HOST_HELP)) -> No
         with Client.from_host(address.base_url) as client:
             models = client.ps()
     rows = [[m.name, _short_id(m.digest), human_size(m.size), processor(m.size, m.size_vram),
-             str(m.context_length), until(m.expires_at)] for m in models]
+             _context(m), until(m.expires_at)] for m in models]
     print(table(["NAME", "ID", "SIZE", "PROCESSOR", "CONTEXT", "UNTIL"], rows))
+
+
+def _context(m) -> str:
+    """The context length, and the KV cache type when it is quantized ("4096 (KV q8_0)")."""
+    quantized = m.kv_cache_type not in ("", "f16")
+    return f"{m.context_length} (KV {m.kv_cache_type})" if quantized else str(m.context_length)
 
 
 def _short_id(digest: str) -> str:

@@ -133,12 +133,14 @@ class RunningModel:
     size_vram: int
     context_length: int
     expires_at: str
+    kv_cache_type: str = ""  # localrun only (f16, q8_0, q4_0); "" from Ollama
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> RunningModel:
         return cls(data.get("name") or data.get("model") or "", data.get("digest") or "",
                    int(data.get("size") or 0), int(data.get("size_vram") or 0),
-                   int(data.get("context_length") or 0), data.get("expires_at") or "")
+                   int(data.get("context_length") or 0), data.get("expires_at") or "",
+                   data.get("kv_cache_type") or "")
 
 
 __all__ = ["GenerateOptions", "Usage", "Timings", "Completion", "RunningModel", "coerce_option", "ALIASES"]
