@@ -16,7 +16,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from localrun.cli.generation import ensure_model, format_stats
+from localrun.cli.generation import ensure_model, format_stats, until_first_text
 from localrun.client import Client, GenerateOptions
 from localrun.errors import LocalrunError
 
@@ -171,7 +171,7 @@ def say(text: str) -> None:
 
 
 def _render_plain(stream) -> str:
-    for delta in stream:
+    for delta in until_first_text(stream):
         sys.stdout.write(delta)
         sys.stdout.flush()
     text = stream.completion.text
@@ -186,9 +186,10 @@ def _render_markdown(stream) -> str:
     from rich.live import Live
     from rich.markdown import Markdown
 
-    text = ""
-    with Live(Markdown(""), console=Console(), refresh_per_second=8, vertical_overflow="visible") as live:
-        for delta in stream:
+    deltas = until_first_text(stream)
+    text = next(deltas, "")  # the spinner and the live answer must not share the screen
+    with Live(Markdown(text), console=Console(), refresh_per_second=8, vertical_overflow="visible") as live:
+        for delta in deltas:
             text += delta
             live.update(Markdown(text))
     sys.stdout.write("\n")

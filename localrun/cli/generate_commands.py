@@ -51,7 +51,7 @@ def _answer_once(client, model: str, messages: list, options, json_out: bool, ve
         sys.stdout.write(json.dumps(completion.raw, indent=2, ensure_ascii=False) + "\n")
     else:
         stream = client.chat(model, messages, options, stream=True)
-        for delta in stream:
+        for delta in g.until_first_text(stream):
             sys.stdout.write(delta)
             sys.stdout.flush()
         completion = stream.completion

@@ -8,6 +8,7 @@ target is a loopback address; `--host` elsewhere means "use that server as it is
 from __future__ import annotations
 
 import sys
+from collections.abc import Iterable, Iterator
 from typing import TYPE_CHECKING, Optional
 
 import typer
@@ -89,6 +90,23 @@ class PullReporter:
     def close(self) -> None:
         if self._bar is not None:
             self._bar.close()
+
+
+def until_first_text(deltas: Iterable[str]) -> Iterator[str]:
+    """`deltas`, with a spinner on a terminal's stderr while the model loads and reads the prompt."""
+    if not sys.stderr.isatty():
+        yield from deltas
+        return
+    from rich.console import Console
+
+    status = Console(stderr=True).status("", spinner="dots")
+    status.start()
+    try:
+        for delta in deltas:
+            status.stop()
+            yield delta
+    finally:
+        status.stop()
 
 
 def messages_for(prompt: str, system: Optional[str]) -> list[dict]:
