@@ -174,7 +174,7 @@ async def sample_memory(pid: int, at: float, box: dict) -> None:
 
 async def load(args: argparse.Namespace, base_url: str, pid: int | None) -> dict:
     limits = httpx.Limits(max_connections=args.clients + 4, max_keepalive_connections=args.clients + 4)
-    async with httpx.AsyncClient(base_url=base_url, timeout=httpx.Timeout(120.0, connect=10.0), limits=limits,
+    async with httpx.AsyncClient(base_url=base_url, timeout=httpx.Timeout(args.timeout, connect=10.0), limits=limits,
                                  headers=auth_headers()) as client:
         paths = (await client.get("/openapi.json")).json()["paths"]
         dialects = [d for d in DIALECTS if d.path in paths]
@@ -270,6 +270,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--pid", type=int, help="with --url: the daemon's pid, for the memory check")
     p.add_argument("--parallel", type=int, default=4, help="own daemon: LOCALRUN_PARALLEL")
     p.add_argument("--max-queue", type=int, default=64, help="own daemon: LOCALRUN_MAX_QUEUE")
+    p.add_argument("--timeout", type=float, default=300.0, help="seconds a response may stay silent (a busy box queues)")
     p.add_argument("--json", action="store_true", help="print the summary as one JSON object")
     args = p.parse_args(argv)
     if not 0 < args.duration <= MAX_DURATION_S:

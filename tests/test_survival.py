@@ -14,6 +14,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from tests.cli import run_cli
 from tests.daemon import Daemon, start_daemon
 
 NO_EOS = {"0": -100, "2": -100}  # SmolLM2's <|endoftext|> and <|im_end|>: answers run to max_tokens
@@ -161,6 +162,31 @@ def test_runner_sigkill_ends_an_ollama_stream_with_an_error_line(narrow):
     again = httpx.post(f"{narrow.url}/api/chat", json={**body, "stream": False, "options": {"num_predict": 4}},
                        timeout=120)
     assert again.status_code == 200, again.text
+
+
+def runner_of(url: str, model: str) -> int:
+    """The runner pid of a loaded model, as /metrics tells it."""
+    for line in httpx.get(f"{url}/metrics", timeout=10).text.splitlines():
+        if line.startswith(f'localrun_model_info{{model="{model}"'):
+            return int(line.split('pid="')[1].split('"')[0])
+    raise AssertionError(f"{model} is not loaded")
+
+
+def test_killing_one_runner_leaves_other_models_serving(narrow, gemma_path):
+    pulled = run_cli("pull", str(gemma_path), env=narrow.env(), timeout=120)
+    assert pulled.returncode == 0, pulled.stderr
+    gemma = pulled.stdout.split("pulled ", 1)[1].split(" ", 1)[0]
+    httpx.post(f"{narrow.url}/v1/chat/completions", json=chat_body(1, stream=False), timeout=120).raise_for_status()
+    body = {"model": gemma, "messages": PROMPT, "max_tokens": 48, "temperature": 0, "stream": True}
+    with httpx.stream("POST", f"{narrow.url}/v1/chat/completions", json=body, timeout=120) as other:
+        events = sse_events(other)
+        next(events)
+        os.kill(runner_of(narrow.url, "smollm2:135m"), signal.SIGKILL)
+        rest = list(events)
+    assert rest[-1] == "[DONE]" and not any('"error"' in event for event in rest)
+    assert json.loads(rest[-2])["choices"][0]["finish_reason"] in ("stop", "length")
+    answer = httpx.post(f"{narrow.url}/v1/chat/completions", json=chat_body(4, stream=False), timeout=120)
+    assert answer.status_code == 200, answer.text
 
 
 def _pid_files(d: Daemon) -> list[Path]:
