@@ -89,3 +89,17 @@ def test_ctrl_c_stops_a_streaming_answer(daemon):
     proc.send_signal(signal.SIGINT)
     _, err = proc.communicate(timeout=30)
     assert proc.returncode == 130 and b"Traceback" not in err
+
+
+def test_a_reader_that_leaves_ends_the_answer_quietly(daemon):
+    """`localrun run ... | head -c 1`: exit 141 like a Unix tool on SIGPIPE, no error text."""
+    import subprocess
+    import sys
+
+    proc = subprocess.Popen([sys.executable, "-m", "localrun", "run", "smollm2", "Write a long story about a dragon.",
+                             "--max-tokens", "2000"], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, env=daemon.env())
+    assert proc.stdout.read(1)
+    proc.stdout.close()
+    assert proc.wait(30) == 141
+    assert proc.stderr.read() == b""

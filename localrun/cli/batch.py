@@ -136,7 +136,7 @@ def run_batch(client: Client, model: str, jobs: list[Job], out: IO[str], concurr
                 _count(tally, record)
                 rate = tally.tokens / max(time.monotonic() - started, 1e-9)
                 progress.update(task, advance=1, rate=f"{rate:.1f} tok/s", failed=tally.failed)
-        except KeyboardInterrupt:
+        except (KeyboardInterrupt, BrokenPipeError):
             pool.shutdown(wait=False, cancel_futures=True)
             client.close()  # in-flight requests end now; their lines are rerun on resume
             raise

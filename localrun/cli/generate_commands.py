@@ -37,7 +37,8 @@ def run(
     with client:
         if interactive:
             _chat(client, model, options, system, markdown=True, verbose=verbose, host=host)
-        else:
+            return
+        with g.reader_may_leave():
             _answer_once(client, model, g.messages_for(text, system), options, json_out, verbose)
 
 
@@ -103,7 +104,7 @@ def batch(
 
     options = g.options_from_flags(temperature, top_p, seed, max_tokens, ctx_size, format, keep_alive)
     client, model = g.connect(model, host)
-    with client:
+    with client, g.reader_may_leave():
         tally = run_batch(client, model, input, output, options, system, concurrency)
     if tally.failed:
         raise LocalrunError(f"{tally.failed} of {tally.done} lines failed; their output lines carry the error")

@@ -7,8 +7,10 @@ target is a loopback address; `--host` elsewhere means "use that server as it is
 
 from __future__ import annotations
 
+import os
 import sys
 from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from typing import TYPE_CHECKING, Optional
 
 import typer
@@ -90,6 +92,17 @@ class PullReporter:
     def close(self) -> None:
         if self._bar is not None:
             self._bar.close()
+
+
+@contextmanager
+def reader_may_leave() -> Iterator[None]:
+    """A reader that goes away (`| head`) ends the command quietly with 141, as SIGPIPE ends Unix tools;
+    leaving the block closes the stream, so the daemon stops generating."""
+    try:
+        yield
+    except BrokenPipeError:
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no second error at exit's flush
+        raise typer.Exit(141) from None
 
 
 def until_first_text(deltas: Iterable[str]) -> Iterator[str]:
