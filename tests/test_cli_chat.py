@@ -163,3 +163,11 @@ def test_chat_reads_a_script_from_a_pipe(daemon):
     assert ">>>" not in out and "\x1b" not in out
     assert out.startswith("Set system message.\n") and out.rstrip().endswith("Be brief.")
     assert len(out.splitlines()) >= 4  # the answer sits between the two command replies
+
+
+def test_verbose_chat_prints_stats_on_stderr(daemon):
+    from tests.cli import run_cli
+
+    done = run_cli("chat", "smollm2", "--max-tokens", "4", "--verbose", env=daemon.env(), input="Hi\n")
+    assert done.returncode == 0, done.stderr
+    assert "eval rate:" in done.stderr and "eval rate:" not in done.stdout

@@ -16,7 +16,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from localrun.cli.generation import ensure_model, format_stats, until_first_text
+from localrun.cli.generation import ensure_model, print_stats, until_first_text
 from localrun.client import Client, GenerateOptions
 from localrun.errors import LocalrunError
 
@@ -63,7 +63,7 @@ class ChatSession:
             return
         self.messages += [turn, {"role": "assistant", "content": answer}]
         if self.verbose:
-            say(format_stats(stream.completion, time.monotonic() - started))
+            print_stats(stream.completion, time.monotonic() - started)
 
     # -- slash commands -------------------------------------------------------------------------
 
