@@ -172,3 +172,20 @@ def test_serve_help_lists_every_setting():
 
     text = run_cli("serve", "--help", env={"COLUMNS": "200"}).stdout
     assert [s.env for s in SETTINGS if s.env not in text] == []
+
+
+def test_a_daemon_that_dies_at_start_is_explained(tmp_path):
+    address = parse_address("127.0.0.1:1234")
+    log = tmp_path / "serve.log"
+    log.write_text("INFO: Started\nERROR: [Errno 98] error while attempting to bind: address already in use\n")
+    assert "not a localrun daemon" in lifecycle._exit_reason(address, log)
+    log.write_text("error: LOCALRUN_MAX_QUEUE must be an integer, got 'x'\n")
+    assert lifecycle._exit_reason(address, log).startswith(
+        "the daemon exited at start: error: LOCALRUN_MAX_QUEUE must be an integer")
+
+
+def test_auto_start_reports_a_daemon_that_cannot_start(port, monkeypatch):
+    monkeypatch.setenv("LOCALRUN_MAX_QUEUE", "lots")
+    done = run_cli("run", "smollm2", "hi")
+    assert done.returncode == 1 and len(done.stderr.splitlines()) == 1
+    assert "LOCALRUN_MAX_QUEUE" in done.stderr
