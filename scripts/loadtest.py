@@ -158,13 +158,15 @@ async def client_loop(index: int, client: httpx.AsyncClient, cases: list[tuple[D
             results.mismatches.append(f"{dialect.name} {prompt!r}: got {outcome.text!r}, alone {expected!r}"[:400])
 
 
-async def references(client: httpx.AsyncClient, cases: list[tuple[Dialect, str]], args) -> dict:
-    """Each request run alone, one at a time: the answers the loaded runs must reproduce."""
-    out = {}
+async def references(client: httpx.AsyncClient, cases: list[tuple[Dialect, str]], args) -> tuple[dict, list[float]]:
+    """Each request run alone, one at a time: the answers the loaded runs must reproduce, and the
+    time to first token without load (the baseline for the loaded figures)."""
+    out, ttfts = {}, []
     for dialect, prompt in cases:
         outcome = await run_one(client, dialect, dialect.body(args.model, prompt, args.max_tokens), None)
         out[(dialect.name, prompt)] = outcome.text
-    return out
+        ttfts.extend([outcome.ttft] if outcome.ttft is not None else [])
+    return out, sorted(ttfts)
 
 
 async def sample_memory(pid: int, at: float, box: dict) -> None:
@@ -179,7 +181,7 @@ async def load(args: argparse.Namespace, base_url: str, pid: int | None) -> dict
         paths = (await client.get("/openapi.json")).json()["paths"]
         dialects = [d for d in DIALECTS if d.path in paths]
         cases = [(d, p) for d in dialects for p in PROMPTS[:args.prompts]]
-        reference = await references(client, cases, args)
+        reference, alone = await references(client, cases, args)
         results, memory = Results(), {}
         started = time.monotonic()
         deadline = started + args.duration
@@ -191,10 +193,11 @@ async def load(args: argparse.Namespace, base_url: str, pid: int | None) -> dict
         if sampler is not None:
             await sampler
             memory["end"] = process_tree_rss(pid)
-    return summary(args, dialects, results, elapsed, memory, checkpoint)
+    return summary(args, dialects, results, elapsed, memory, checkpoint, alone)
 
 
-def summary(args, dialects, results: Results, elapsed: float, memory: dict, checkpoint: float) -> dict:
+def summary(args, dialects, results: Results, elapsed: float, memory: dict, checkpoint: float,
+            alone: list[float]) -> dict:
     ttfts = sorted(results.ttfts)
     growth = (memory["end"] / memory["baseline"] - 1.0) if memory.get("baseline") else None
     ok = not results.errors and not results.mismatches and results.completed > 0
@@ -205,6 +208,7 @@ def summary(args, dialects, results: Results, elapsed: float, memory: dict, chec
         "busy_503": results.busy, "errors": len(results.errors), "mismatches": len(results.mismatches),
         "ttft_p50_ms": round(percentile(ttfts, 0.50) * 1000, 1) if ttfts else None,
         "ttft_p99_ms": round(percentile(ttfts, 0.99) * 1000, 1) if ttfts else None,
+        "ttft_alone_p50_ms": round(percentile(alone, 0.50) * 1000, 1) if alone else None,
         "memory_checkpoint_s": checkpoint,
         "rss_at_checkpoint_mb": round(memory["baseline"] / 2**20, 1) if memory.get("baseline") else None,
         "rss_at_end_mb": round(memory["end"] / 2**20, 1) if memory.get("end") else None,
