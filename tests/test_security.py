@@ -359,3 +359,22 @@ def test_insecure_public_bind_starts_when_asked(tmp_path):
         assert httpx.get(f"http://127.0.0.1:{port}/api/tags", headers={"Host": "myserver.lan"}).status_code == 200
     finally:
         _stop(proc)
+
+
+def test_official_clients_authenticate_with_the_key(keyed):
+    import anthropic
+    import ollama
+    import openai
+
+    good = openai.OpenAI(base_url=f"{keyed.url}/v1", api_key=KEYS[0], max_retries=0)
+    assert any(m.id.startswith("smollm2") for m in good.models.list())
+    with pytest.raises(openai.AuthenticationError):
+        openai.OpenAI(base_url=f"{keyed.url}/v1", api_key="wrong", max_retries=0).models.list()
+    with pytest.raises(anthropic.AuthenticationError):
+        anthropic.Anthropic(base_url=keyed.url, api_key="wrong", max_retries=0).messages.create(
+            model="smollm2", max_tokens=4, messages=[{"role": "user", "content": "hi"}])
+    client = ollama.Client(host=keyed.url, headers={"Authorization": f"Bearer {KEYS[1]}"})
+    assert any(m.model.startswith("smollm2") for m in client.list().models)
+    with pytest.raises(ollama.ResponseError) as refused:
+        ollama.Client(host=keyed.url).list()
+    assert refused.value.status_code == 401 and "API key" in refused.value.error
