@@ -73,9 +73,11 @@ def test_a_streamed_chat_moves_every_counter(daemon):
     assert after[f"localrun_parallel_slots{{{model}}}"] >= 1
 
 
-def test_unknown_paths_do_not_grow_the_label_set(daemon):
+def test_unknown_paths_and_methods_do_not_grow_the_label_set(daemon):
     for i in range(3):
         httpx.get(f"{daemon.url}/no/such/path/{i}", timeout=10)
+        httpx.request(f"INVENTED{i}", f"{daemon.url}/health", timeout=10)
     samples = scrape(daemon.url)
-    assert not any("/no/such" in key for key in samples)
+    assert not any("/no/such" in key or "INVENTED" in key for key in samples)
+    assert samples['localrun_requests_total{route="/health",method="other",status="405"}'] >= 3
     assert samples['localrun_requests_total{route="unrouted",method="GET",status="404"}'] >= 3

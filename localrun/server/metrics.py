@@ -30,6 +30,7 @@ TTFT_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60
 TPS_BUCKETS = (1.0, 5.0, 10.0, 25.0, 50.0, 100.0, 200.0, 400.0, 800.0, 1600.0)
 RUNNER_HEALTH_TIMEOUT_S = 1.0
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+_METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"})
 
 Labels = tuple[tuple[str, str], ...]
 
@@ -123,7 +124,7 @@ class Observer:
 class RequestCounter:
     """ASGI middleware, outermost: counts every HTTP request, the refused ones included, once its
     status is known. Routes are labelled by template (`/v1/models/{model_id:path}`), never by the raw
-    path, so hostile paths cannot grow the label set."""
+    path, and invented methods are "other", so hostile requests cannot grow the label set."""
 
     def __init__(self, app: ASGIApp, metrics: Metrics = METRICS) -> None:
         self.app, self.metrics = app, metrics
@@ -137,20 +138,25 @@ class RequestCounter:
             nonlocal counted
             if message["type"] == "http.response.start" and not counted:
                 counted = True
-                self.metrics.count_request(route_label(scope), scope["method"], message["status"])
+                self.metrics.count_request(route_label(scope), method_label(scope), message["status"])
             await send(message)
 
         try:
             await self.app(scope, receive, counting_send)
         except Exception:
             if not counted:
-                self.metrics.count_request(route_label(scope), scope["method"], 500)
+                self.metrics.count_request(route_label(scope), method_label(scope), 500)
             raise
 
 
 def route_label(scope: Scope) -> str:
     """The route template the request reached; "unrouted" for those refused by a guard or matching no route."""
     return getattr(scope.get("route"), "path", None) or "unrouted"
+
+
+def method_label(scope: Scope) -> str:
+    """The HTTP method, or "other" for invented ones (a client may send any token as a method)."""
+    return scope["method"] if scope["method"] in _METHODS else "other"
 
 
 async def manager_gauges(manager: Any) -> list[str]:

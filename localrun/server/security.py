@@ -221,7 +221,7 @@ class BodyLimits:
         return b"".join(chunks)
 
     def _refusal(self, body: bytes) -> str | None:
-        if not body.lstrip()[:1] in (b"{", b"["):
+        if body.lstrip()[:1] not in (b"{", b"["):
             return None
         depth = json_depth(body)
         if depth > self.limits.max_depth:
