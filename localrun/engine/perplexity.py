@@ -6,9 +6,9 @@ an empty cache, and only the second half of it is scored: token j+1 is predicted
 at j for j in [ctx/2, ctx-1), so every scored token sees at least ctx/2 tokens of context.
 Perplexity is exp(mean negative log-likelihood) over all scored tokens.
 
-Several chunks go into one `llama_decode` as separate sequences (`batch // ctx` of them), on a
-context of its own with one KV stream per sequence; logits are requested only for scored rows,
-and the log-softmax runs in numpy.
+Several chunks go into one `llama_decode` as separate sequences (`batch // ctx` of them, fewer when
+their logits would pass LOGITS_BUDGET), on a context of its own with one KV stream per sequence;
+logits are requested only for scored rows, and the log-softmax runs in numpy.
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ from localrun.engine.backend import Batch, Model, new_context
 from localrun.errors import InvalidRequest, LocalrunError
 
 MIN_CTX = 16
+LOGITS_BUDGET = 256 << 20  # bytes of float32 logits one decode may return (a 262k vocabulary is 1 MiB a row)
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,7 +74,8 @@ def perplexity(model: Model, text: str, *, ctx: int = 512, batch: int = 2048, th
     if not chunks:
         raise InvalidRequest(f"the text is {len(tokens)} tokens; perplexity needs at least one chunk of "
                              f"{ctx} (a smaller ctx or a longer text)")
-    per_decode = max(1, min(batch // ctx, len(chunks)))
+    rows = ctx - 1 - first_scored(ctx)
+    per_decode = max(1, min(batch // ctx, len(chunks), LOGITS_BUDGET // (4 * rows * model.n_vocab)))
     with _Evaluator(model, ctx, per_decode, threads, kv_type, flash_attn) as evaluator:
         nll = np.concatenate([evaluator.nll(chunks[i:i + per_decode]) for i in range(0, len(chunks), per_decode)])
     mean = float(nll.mean())
