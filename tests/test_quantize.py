@@ -53,6 +53,8 @@ def test_manifest_records_the_origin(home):
         assert models[name]["source"] == f"quantize:{SOURCE}"
         assert models[name]["defaults"] == models[SOURCE]["defaults"]
     assert models[SOURCE]["origin"] == {}
+    shown = run_cli("show", "smollm2:q4", env={"LOCALRUN_HOME": str(home)}).stdout
+    assert f"quantized from    {SOURCE} ({models[SOURCE]['digest'][7:19]})" in shown
     assert not list((home / "models" / "partial").glob("*.partial"))
 
 

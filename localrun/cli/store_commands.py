@@ -129,6 +129,9 @@ def _print_info(model, info) -> None:
              ("quantization", info.quantization), ("context length", str(info.context_length)),
              ("embedding length", str(info.embedding_length)), ("license", info.license or "-"),
              ("size", _size(model.size)), ("digest", model.digest), ("source", model.source)]
+    if model.origin:  # made by `localrun quantize`
+        origin = model.origin
+        facts.append(("quantized from", f"{origin['model']} ({origin['digest'].removeprefix('sha256:')[:12]})"))
     typer.echo("  Model")
     for key, value in facts:
         typer.echo(f"    {key:<18}{value}")
