@@ -113,8 +113,8 @@ def test_ctrl_c_leaves_nothing_behind(home):
     cli = subprocess.Popen([sys.executable, "-m", "localrun", "quantize", "smollm2", "smollm2:cut", "--type", "Q6_K",
                             "--json"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
                            start_new_session=True)
-    for line in cli.stdout:  # interrupt in the middle of the tensors
-        if json.loads(line).get("index") == 20:
+    for line in cli.stdout:  # interrupt at the first tensor: the child is still quantizing
+        if json.loads(line).get("event") == "tensor":
             break
     os.killpg(cli.pid, signal.SIGINT)  # as a terminal's Ctrl-C: the whole foreground group
     cli.communicate(timeout=60)
