@@ -96,10 +96,10 @@ def test_batched_equals_solo_with_different_lengths(engine, solo):
 
 
 def test_long_prompt_arriving_while_others_decode(smollm2_path, solo):
-    eng = Engine(str(smollm2_path), EngineSettings(parallel=4, ctx_size=1024, batch_size=64, threads=THREADS))
+    eng = Engine(str(smollm2_path), EngineSettings(parallel=4, ctx_size=1024, batch_size=32, threads=THREADS))
     try:
-        long_prompt = eng.tokenize(" ".join(f"Item {i} is a {c}." for i, c in enumerate(["red box", "blue cup"] * 40)))
-        assert len(long_prompt) > 600  # ten chunks of the 64-token budget
+        long_prompt = eng.tokenize(" ".join(f"Item {i} is a {c}." for i, c in enumerate(["red box", "blue cup"] * 20)))
+        assert len(long_prompt) > 280  # ten chunks of the 32-token budget
         alone_long = generate(solo, long_prompt, "sl", max_tokens=24, **GREEDY).tokens
         alone = [generate(solo, p, f"s{i}", max_tokens=40, **GREEDY).tokens for i, p in enumerate(PROMPTS[:3])]
         for i, p in enumerate(PROMPTS[:3]):
