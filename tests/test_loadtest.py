@@ -9,6 +9,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "loadtest.py"
 
 
@@ -28,3 +30,47 @@ def test_only_loopback_daemons_are_loaded():
     result = subprocess.run([sys.executable, str(SCRIPT), "--url", "http://192.0.2.1:11435", "--duration", "1"],
                             capture_output=True, text=True, timeout=60)
     assert result.returncode != 0 and "loopback daemons only" in result.stderr
+
+
+def _first_logprobs(engine, requests: list[tuple[str, str]], max_tokens: int) -> dict[str, float]:
+    """Run greedy requests through the engine together; each one's first-token logprob."""
+    from localrun.engine import Request, Token
+    from localrun.native import GenerateRequest
+    from localrun.runner.prompt import build_prompt
+    from localrun.sampling import SamplingParams
+
+    for rid, question in requests:
+        prompt = build_prompt(engine, GenerateRequest(model="", messages=[{"role": "user", "content": question}]))
+        engine.add(Request(id=rid, prompt=prompt, sampling=SamplingParams(temperature=0, max_tokens=max_tokens, logprobs=0)))
+    first: dict[str, float] = {}
+    while engine.has_work:
+        for event in engine.step():
+            if isinstance(event, Token):
+                first.setdefault(event.request_id, event.logprob)
+    return first
+
+
+@pytest.mark.xfail(strict=True, raises=AssertionError, reason="known engine issue: logits depend on batch composition under a deep queue "
+                   "(see docs/benchmarks.md, load test); remove this marker when it is fixed")
+def test_a_deep_queue_gives_every_request_the_logits_it_gets_alone(smollm2_path):
+    """What the load test found, made deterministic in-process: 40 queued greedy requests over 4 slots.
+    Three of them get other first-token logprobs than alone (r21 "What is 2 + 2?": -1.87867 instead of
+    -1.89697, which later flips a near-tie token; r23 and r32 "Count from one to five.": -2.15007 instead
+    of -2.21414). r21 reused 26 cached prompt tokens that were computed for another request in a batch
+    with other sequences; batched prefill, decoding beside others and prefix reuse are each exact alone."""
+    import random
+
+    from localrun.engine import Engine, EngineSettings
+
+    from scripts.loadtest import PROMPTS
+
+    engine = Engine(str(smollm2_path), EngineSettings(parallel=4, ctx_size=4096, batch_size=512, threads=2))
+    try:
+        alone = {q: _first_logprobs(engine, [("alone", q)], 1)["alone"] for q in PROMPTS}
+        rng = random.Random(0)
+        queued = [(f"r{i}", rng.choice(PROMPTS)) for i in range(40)]
+        together = _first_logprobs(engine, queued, 24)  # answers as long as the load test's: the same schedule
+    finally:
+        engine.close()
+    differing = [(rid, q, together[rid], alone[q]) for rid, q in queued if together[rid] != alone[q]]
+    assert not differing
