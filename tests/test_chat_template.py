@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from localrun.engine.chat_template import render
+from localrun.engine.chat_template import builtin_for, render
 from localrun.errors import InvalidRequest
 
 TEMPLATES = Path(__file__).parent / "data" / "templates"
@@ -104,6 +104,12 @@ def test_raise_exception_becomes_invalid_request():
 def test_fallback_without_a_template_is_chatml():
     assert render(None, SYSTEM + HI) == (
         "<|im_start|>system\nYou are terse.<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n")
+
+
+def test_fallback_by_architecture():
+    assert builtin_for("gemma3") == "gemma" and builtin_for("phi3") == "phi3"
+    assert builtin_for("llama") == "chatml" and builtin_for(None) == "chatml"
+    assert render(None, HI, fallback="gemma") == "<start_of_turn>user\nHi<end_of_turn>\n<start_of_turn>model\n"
 
 
 def test_fallback_refuses_tools():

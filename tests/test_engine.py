@@ -371,3 +371,24 @@ def test_model_load_error(tmp_path):
     bad.write_bytes(b"GGUF" + b"\0" * 64)
     with pytest.raises(ModelLoadError, match="model failed to load"):
         Engine(str(bad), EngineSettings(parallel=1, ctx_size=256))
+
+
+def test_second_architecture_gemma3(gemma_path):
+    """Gemma 3 (sliding-window attention, 262k vocabulary): parity with llama-cpp-python, and a prompt
+    reusing part of a cache longer than the window still equals a cold run."""
+    settings = EngineSettings(parallel=2, ctx_size=1024, batch_size=64, threads=THREADS)
+    with Engine(str(gemma_path), settings) as eng, Engine(str(gemma_path), settings) as cold_eng:
+        base = eng.tokenize("Gardens and their history. " * 60)[:300]
+        long_first = base + eng.tokenize(" More about roses and tulips." * 120, add_special=False)[:650]
+        follow = base + eng.tokenize(" A question about something else entirely?", add_special=False)
+        generate(eng, long_first, "a", max_tokens=4, **GREEDY)
+        warm = generate(eng, follow, "b", max_tokens=16, **GREEDY)
+        cold = generate(cold_eng, follow, "c", max_tokens=16, **GREEDY)
+        assert warm.finished.timings.cached_tokens == 300 and cold.finished.timings.cached_tokens == 0
+        assert warm.tokens == cold.tokens
+        llm = llama_cpp.Llama(str(gemma_path), n_ctx=1024, n_threads=THREADS, verbose=False)
+        ref = llm.create_completion(follow, max_tokens=16, temperature=0.0)
+        assert cold.text == ref["choices"][0]["text"]
+        # this GGUF ships no chat template: llama.cpp's built-in Gemma format stands in
+        assert not eng.info["has_chat_template"]
+        assert eng.render_chat([{"role": "user", "content": "Hi"}]).endswith("<start_of_turn>user\nHi<end_of_turn>\n<start_of_turn>model\n")

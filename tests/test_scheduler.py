@@ -136,3 +136,23 @@ def test_finish_a_waiting_sequence():
     s.add(b)
     s.finish(b)
     assert s.find("b") is None and s.find("a") is a
+
+
+def test_a_cache_that_cannot_be_cut_starts_over():
+    cuts = []
+
+    def cannot_cut(slot_id: int, keep: int) -> int:
+        cuts.append((slot_id, keep))
+        return 0
+
+    s = Scheduler(n_slots=1, batch_size=64, trim=cannot_cut)
+    first = seq("a", [1, 2, 3, 4])
+    s.add(first)
+    run_step(s)
+    s.finish(first)
+    again = seq("b", [1, 2, 3, 9])
+    s.add(again)
+    plan = run_step(s)
+    assert cuts == [(0, 3)]
+    assert plan.trims == [(0, 0)] and again.n_cached == 0
+    assert layout(plan) == [("b", 0, 4, 1)]

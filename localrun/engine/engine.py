@@ -62,7 +62,7 @@ class Engine:
             raise
         self.memory = L.llama_get_memory(self.ctx)
         self.batch = Batch(settings.batch_size)
-        self.scheduler = Scheduler(settings.parallel, settings.batch_size)
+        self.scheduler = Scheduler(settings.parallel, settings.batch_size, self._trim_slot)
         self._embedder: Embedder | None = None
         self._scorer: Scorer | None = None
         self._eog: list[int] | None = None
@@ -94,7 +94,10 @@ class Engine:
         return self.scheduler.has_work
 
     def step(self) -> list[Event]:
-        """One `llama_decode`: a decode token per running sequence plus prefill chunks."""
+        """One `llama_decode`: a decode token per running sequence plus prefill chunks.
+
+        Raises LocalrunError if llama.cpp fails to decode; the engine should then be closed.
+        """
         events = self._reap_cancelled()
         plan = self.scheduler.schedule()
         if plan.chunks:
@@ -106,10 +109,15 @@ class Engine:
 
     # -- one step -------------------------------------------------------------------------------
 
+    def _trim_slot(self, slot_id: int, keep: int) -> int:
+        """Cut a slot's cache back to `keep` tokens, or empty it when llama.cpp cannot cut part of it."""
+        if L.llama_memory_seq_rm(self.memory, slot_id, keep, -1):
+            return keep
+        L.llama_memory_seq_rm(self.memory, slot_id, -1, -1)
+        return 0
+
     def _evaluate(self, plan: Plan) -> list[int]:
         """Fill the batch from the plan and decode it; returns each chunk's last batch index."""
-        for slot_id, keep in plan.trims:
-            L.llama_memory_seq_rm(self.memory, slot_id, keep, -1)
         batch, indices, now = self.batch, [], time.perf_counter()
         batch.clear()
         for c in plan.chunks:
@@ -231,7 +239,8 @@ class Engine:
                     add_generation_prompt: bool = True, **extra: Any) -> str:
         """The prompt text for a conversation, from the model's own chat template."""
         return chat_template.render(self._template, messages, tools=tools, add_generation_prompt=add_generation_prompt,
-                                    bos_token=self._bos_text, eos_token=self._eos_text, **extra)
+                                    bos_token=self._bos_text, eos_token=self._eos_text,
+                                    fallback=chat_template.builtin_for(self.model.meta("general.architecture")), **extra)
 
     @property
     def _template(self) -> str | None:

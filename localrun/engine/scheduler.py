@@ -9,6 +9,7 @@ prefix with its prompt, so that only the rest is evaluated.
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from localrun.engine.sequence import Sequence, Status
@@ -36,7 +37,7 @@ class Chunk:
 
 @dataclass(slots=True)
 class Plan:
-    """One step: slots to cut back to a prefix (slot id, tokens kept) before decoding the chunks."""
+    """One step: the chunks to decode, and the slots cut back to a prefix on the way (slot id, tokens kept)."""
 
     chunks: list[Chunk] = field(default_factory=list)
     trims: list[tuple[int, int]] = field(default_factory=list)
@@ -54,12 +55,22 @@ def common_prefix(a: list[int], b: list[int]) -> int:
     return n
 
 
-class Scheduler:
-    """Owns the queue and the slots. `schedule()` plans a step; `commit()` records that it ran."""
+def keep_all(slot_id: int, keep: int) -> int:
+    return keep
 
-    def __init__(self, n_slots: int, batch_size: int) -> None:
+
+class Scheduler:
+    """Owns the queue and the slots. `schedule()` plans a step; `commit()` records that it ran.
+
+    `trim(slot_id, keep)` cuts a slot's KV cache back to its first `keep` tokens when a new sequence
+    takes the slot, and returns how many it really kept: a cache that cannot drop part of a sequence
+    (sliding-window attention past its window) keeps none.
+    """
+
+    def __init__(self, n_slots: int, batch_size: int, trim: Callable[[int, int], int] = keep_all) -> None:
         self.slots = [Slot(i) for i in range(n_slots)]
         self.batch_size = batch_size
+        self.trim = trim
         self.waiting: deque[Sequence] = deque()
         self.running: list[Sequence] = []
         self._clock = 0
@@ -118,6 +129,7 @@ class Scheduler:
             seq = self.waiting.popleft()
             keep = min(common_prefix(slot.tokens, seq.tokens), seq.n_prompt - 1)
             if keep < len(slot.tokens):
+                keep = self.trim(slot.id, keep)
                 plan.trims.append((slot.id, keep))
                 del slot.tokens[keep:]
             self._clock += 1
