@@ -21,8 +21,9 @@ OPTIONS = RunnerOptions(parallel=2, ctx_size=512)
 
 
 def request(prompt: str, max_tokens: int = 8, **kw) -> dict:
-    return GenerateRequest(model="m", prompt=prompt, sampling=SamplingParams(temperature=0, max_tokens=max_tokens),
-                           **kw).to_dict()
+    """Greedy, and never ending early at an end-of-generation token: lengths are what the test asks."""
+    sampling = SamplingParams(temperature=0, max_tokens=max_tokens, ignore_eos=True)
+    return GenerateRequest(model="m", prompt=prompt, sampling=sampling, **kw).to_dict()
 
 
 async def generate(runner: RunnerProcess, prompt: str, max_tokens: int = 8) -> tuple[str, dict]:
