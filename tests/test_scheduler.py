@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from localrun.engine.scheduler import Scheduler, common_prefix
+import pytest
+
+from localrun.engine.scheduler import Scheduler, common_prefix, prefill_size
 from localrun.engine.sequence import Sequence, Status
 
 
@@ -83,7 +85,7 @@ def test_prefix_reuse_picks_the_slot_with_the_longest_common_prefix():
     assert layout(plan) == [("f", 4, 3, 1)]
 
 
-def test_always_reevaluates_the_last_prompt_token():
+def test_always_reevaluates_the_last_two_prompt_tokens():
     s = Scheduler(n_slots=1, batch_size=64)
     first = seq("a", [1, 2, 3])
     s.add(first)
@@ -93,9 +95,16 @@ def test_always_reevaluates_the_last_prompt_token():
     again = seq("b", [1, 2, 3])
     s.add(again)
     plan = run_step(s)
-    assert again.n_cached == 2
-    assert plan.trims == [(0, 2)]
-    assert layout(plan) == [("b", 2, 1, 1)]
+    assert again.n_cached == 1
+    assert plan.trims == [(0, 1)]
+    assert layout(plan) == [("b", 1, 2, 1)]  # never a lone prompt token: see MIN_PREFILL
+
+
+@pytest.mark.parametrize("remaining, budget, n", [
+    (1, 8, 1), (2, 8, 2), (5, 8, 5), (9, 8, 7), (10, 8, 8), (3, 2, 0), (2, 1, 0), (40, 1, 0), (40, 2, 2),
+])
+def test_prefill_chunks_are_never_a_lone_token(remaining, budget, n):
+    assert prefill_size(remaining, budget) == n
 
 
 def test_ties_go_to_the_least_recently_used_slot():
@@ -111,12 +120,19 @@ def test_ties_go_to_the_least_recently_used_slot():
 
 
 def test_decode_tokens_come_before_prefill_within_the_budget():
-    s = Scheduler(n_slots=4, batch_size=3)
+    s = Scheduler(n_slots=4, batch_size=5)
     for name in "abc":
         s.add(seq(name, [1, 2, 3]))
-    assert layout(run_step(s)) == [("a", 0, 3, 1)]
-    assert layout(run_step(s)) == [("a", 3, 1, 1), ("b", 0, 2, 0)]
-    assert layout(run_step(s)) == [("a", 4, 1, 1), ("b", 2, 1, 1), ("c", 0, 1, 0)]
+    assert layout(run_step(s)) == [("a", 0, 3, 1)]  # b would have to leave a lone token behind: it waits
+    assert layout(run_step(s)) == [("a", 3, 1, 1), ("b", 0, 3, 1)]
+    assert layout(run_step(s)) == [("a", 4, 1, 1), ("b", 3, 1, 1), ("c", 0, 3, 1)]
+
+
+def test_an_otherwise_empty_batch_takes_a_lone_prompt_token_rather_than_stall():
+    s = Scheduler(n_slots=1, batch_size=2)
+    s.add(seq("a", [1, 2, 3]))
+    assert layout(run_step(s)) == [("a", 0, 2, 0)]
+    assert layout(run_step(s)) == [("a", 2, 1, 1)]
 
 
 def test_finish_frees_the_slot_and_keeps_its_cache():
@@ -153,6 +169,23 @@ def test_a_cache_that_cannot_be_cut_starts_over():
     again = seq("b", [1, 2, 3, 9])
     s.add(again)
     plan = run_step(s)
-    assert cuts == [(0, 3)]
+    assert cuts == [(0, 2)]
     assert plan.trims == [(0, 0)] and again.n_cached == 0
     assert layout(plan) == [("b", 0, 4, 1)]
+
+
+def test_a_short_shared_prefix_does_not_evict_a_long_cached_prompt():
+    s = Scheduler(n_slots=2, batch_size=64)
+    long = seq("long", [1, 2] + list(range(100, 140)))
+    s.add(long)
+    run_step(s)
+    s.finish(long)  # slot 0 caches 42 tokens
+    side = seq("side", [1, 2, 9, 9, 9])  # shares only the first two (a template's opening)
+    s.add(side)
+    run_step(s)
+    assert side.slot == 1 and s.slots[0].tokens[:42] == long.tokens[:42]
+    s.finish(side)
+    follow_up = seq("again", long.tokens[:42] + [7, 7])
+    s.add(follow_up)
+    run_step(s)
+    assert follow_up.slot == 0 and follow_up.n_cached == 42

@@ -47,6 +47,21 @@ class Plan:
         return sum(c.n for c in self.chunks)
 
 
+# llama.cpp's CPU kernels round a prompt chunk of one token differently from a chunk of several, so
+# a prompt whose last token were evaluated alone (after a prefix-cache hit, or left over by the
+# batch budget) would continue differently from the same prompt evaluated cold. Prompt chunks are
+# therefore never a lone token unless the whole prompt is one token.
+MIN_PREFILL = 2
+
+
+def prefill_size(remaining: int, budget: int) -> int:
+    """Prompt tokens to evaluate this step: at most `budget`, never one alone, never one left behind."""
+    n = min(remaining, budget)
+    if n < remaining and remaining - n < MIN_PREFILL:
+        n = remaining - MIN_PREFILL
+    return n if n >= MIN_PREFILL or n == remaining else 0
+
+
 def common_prefix(a: list[int], b: list[int]) -> int:
     n = min(len(a), len(b))
     for i in range(n):
@@ -97,12 +112,17 @@ class Scheduler:
                 plan.chunks.append(Chunk(seq, seq.n_evaluated, 1, 1))
                 budget -= 1
         for seq in self.running:
-            if seq.prefilling and budget:
-                n = min(seq.n_prompt - seq.n_evaluated, budget)
+            n = self._prefill_size(seq, budget) if seq.prefilling else 0
+            if n:
                 done = seq.n_evaluated + n == seq.n_prompt
                 plan.chunks.append(Chunk(seq, seq.n_evaluated, n, 1 if done else 0))
                 budget -= n
         return plan
+
+    def _prefill_size(self, seq: Sequence, budget: int) -> int:
+        """Exactness first (no lone prompt token), progress always: an otherwise empty batch takes what fits."""
+        remaining = seq.n_prompt - seq.n_evaluated
+        return prefill_size(remaining, budget) or (min(remaining, budget) if budget == self.batch_size else 0)
 
     def commit(self, plan: Plan) -> None:
         """The plan's decode succeeded: its tokens are now in the slots' caches."""
@@ -127,7 +147,7 @@ class Scheduler:
             if slot is None:
                 return
             seq = self.waiting.popleft()
-            keep = min(common_prefix(slot.tokens, seq.tokens), seq.n_prompt - 1)
+            keep = max(0, min(common_prefix(slot.tokens, seq.tokens), seq.n_prompt - MIN_PREFILL))
             if keep < len(slot.tokens):
                 keep = self.trim(slot.id, keep)
                 plan.trims.append((slot.id, keep))
@@ -139,11 +159,22 @@ class Scheduler:
             self.running.append(seq)
 
     def _best_slot(self, tokens: list[int]) -> Slot | None:
-        """The free slot sharing the longest prefix; among equals, the least recently used."""
+        """The free slot that serves this prompt best while destroying the least cached work.
+
+        A shared prefix counts only when it is at least half of what the slot holds: a prompt that
+        shares a chat template's first tokens with a long cached conversation must not evict it.
+        Then fewest cached tokens thrown away, then least recently used.
+        """
         free = [s for s in self.slots if s.seq is None]
         if not free:
             return None
-        return max(free, key=lambda s: (common_prefix(s.tokens, tokens), -s.last_used))
+
+        def key(slot: Slot) -> tuple[int, int, int]:
+            shared = common_prefix(slot.tokens, tokens)
+            useful = shared if 2 * shared >= len(slot.tokens) else 0
+            return useful, -(len(slot.tokens) - useful), -slot.last_used
+
+        return max(free, key=key)
 
 
 __all__ = ["Chunk", "Plan", "Scheduler", "Slot", "common_prefix"]
