@@ -77,6 +77,11 @@ class Client:
         body = {"model": model, "text": text, "ctx": ctx, "batch": batch}
         return self._json("POST", "/api/perplexity", json=body, timeout=_GENERATE)
 
+    def score(self, model: str, prompt: str, options: list[str], normalize: str = "sum") -> dict[str, Any]:
+        """`/v1/score` (localrun only): each option's exact log-probability after the prompt."""
+        body = {"model": model, "prompt": prompt, "options": options, "normalize": normalize}
+        return self._json("POST", "/v1/score", json=body, timeout=_GENERATE)
+
     # -- generation -----------------------------------------------------------------------------
 
     def chat(self, model: str, messages: Messages, options: GenerateOptions | None = None,

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import queue
 import threading
+import time
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
@@ -136,6 +137,20 @@ class RunnerHost:
                             threads=engine.info["threads"], kv_type=engine.settings.kv_cache_type,
                             flash_attn=engine.flash_attn)
         self._result(rid, result.to_dict())
+
+    def _op_score(self, rid: str, message: dict[str, Any]) -> None:
+        """Exact option scoring; an option's tokens are its text tokenized on its own (see server/score.py)."""
+        started = time.perf_counter()
+        request = GenerateRequest(model="", messages=message.get("messages"), prompt=message.get("prompt"))
+        prompt = build_prompt(self.engine, request)
+        options = [self.engine.tokenize(text, add_special=False, parse_special=False) for text in message["options"]]
+        if not all(options):
+            raise InvalidRequest("options: every option must have at least one token")
+        logprobs = self.engine.score(prompt, options)
+        self._result(rid, {
+            "logprobs": logprobs, "tokens": [len(o) for o in options], "prompt_tokens": len(prompt),
+            "cached_tokens": self.engine.scoring_cached_tokens, "ms": (time.perf_counter() - started) * 1000.0,
+        })
 
     def _op_health(self, rid: str, message: dict[str, Any]) -> None:
         self._result(rid, {"running": len(self.choices)})

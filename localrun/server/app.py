@@ -42,6 +42,7 @@ def create_app(config: Config | None = None, store: Any = None, manager: ModelMa
     from localrun.server.ollama.routes import router as ollama
     from localrun.server.openai.routes import router as openai
     from localrun.server.perplexity import router as perplexity
+    from localrun.server.score import router as score
     from localrun.server.tokens import router as tokens
 
     app.include_router(metrics.router)
@@ -50,4 +51,5 @@ def create_app(config: Config | None = None, store: Any = None, manager: ModelMa
     app.include_router(anthropic)
     app.include_router(tokens)
     app.include_router(perplexity)
+    app.include_router(score)
     return app

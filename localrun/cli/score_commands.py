@@ -1,0 +1,37 @@
+"""`localrun score`: which of several answers the model finds most likely, exactly (via the daemon)."""
+
+from __future__ import annotations
+
+import json
+import sys
+from typing import Optional
+
+import typer
+
+from localrun.cli import generation as g
+from localrun.cli.app import app
+
+BAR_WIDTH = 30
+
+
+@app.command()
+def score(
+    model: str = typer.Argument(..., help="Model name, e.g. smollm2."),
+    prompt: str = typer.Argument(..., help="The text the options continue, used as written (no chat template)."),
+    option: list[str] = typer.Option(..., "--option", "-o", help="A candidate continuation; give two or more."),
+    mean: bool = typer.Option(False, "--mean", help="Rank by mean log-probability per token instead of the sum."),
+    as_json: bool = typer.Option(False, "--json", help="Print the whole answer as JSON."),
+    host: Optional[str] = g.HOST,
+) -> None:
+    """Score options by their exact log-probability after PROMPT; prints probabilities among them."""
+    client, model = g.connect(model, host)
+    with client:
+        result = client.score(model, prompt, option, normalize="mean" if mean else "sum")
+    if as_json:
+        typer.echo(json.dumps(result))
+        return
+    width = max(len(c["option"]) for c in result["choices"])
+    bars = sys.stdout.isatty()
+    for c in result["choices"]:
+        bar = "█" * round(c["prob"] * BAR_WIDTH) if bars else ""
+        typer.echo(f"{c['option']:<{width}}  {c['prob']:6.1%}  logprob {c['logprob']:9.4f}  {bar}".rstrip())
