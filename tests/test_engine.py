@@ -75,7 +75,7 @@ def generate(engine: Engine, prompt: list[int] | str, rid: str = "r", **sampling
 
 
 def test_greedy_matches_llama_cpp_python(engine, smollm2_path):
-    llm = llama_cpp.Llama(str(smollm2_path), n_ctx=1024, n_threads=THREADS, verbose=False)
+    llm = llama_cpp.Llama(str(smollm2_path), n_ctx=1024, n_threads=THREADS, n_threads_batch=THREADS, verbose=False)
     for i, prompt in enumerate(PROMPTS[:5]):
         tokens = engine.tokenize(prompt)
         ours = generate(engine, tokens, f"g{i}", max_tokens=64, **GREEDY)
@@ -254,7 +254,7 @@ def test_end_of_generation_token_stops(engine):
 
 def test_logprobs_are_full_vocabulary_and_sorted(engine, smollm2_path):
     run = generate(engine, PROMPTS[1], max_tokens=6, logprobs=5, temperature=0.0)
-    llm = llama_cpp.Llama(str(smollm2_path), n_ctx=512, n_threads=THREADS, verbose=False, logits_all=True)
+    llm = llama_cpp.Llama(str(smollm2_path), n_ctx=512, n_threads=THREADS, n_threads_batch=THREADS, verbose=False, logits_all=True)
     ref = llm.create_completion(engine.tokenize(PROMPTS[1]), max_tokens=6, temperature=0.0, logprobs=5)
     ref_lp = ref["choices"][0]["logprobs"]["token_logprobs"]
     for event, expected in zip(run.events, ref_lp):
@@ -386,7 +386,7 @@ def test_second_architecture_gemma3(gemma_path):
         cold = generate(cold_eng, follow, "c", max_tokens=16, **GREEDY)
         assert warm.finished.timings.cached_tokens == 300 and cold.finished.timings.cached_tokens == 0
         assert warm.tokens == cold.tokens
-        llm = llama_cpp.Llama(str(gemma_path), n_ctx=1024, n_threads=THREADS, verbose=False)
+        llm = llama_cpp.Llama(str(gemma_path), n_ctx=1024, n_threads=THREADS, n_threads_batch=THREADS, verbose=False)
         ref = llm.create_completion(follow, max_tokens=16, temperature=0.0)
         assert cold.text == ref["choices"][0]["text"]
         # this GGUF ships no chat template: llama.cpp's built-in Gemma format stands in

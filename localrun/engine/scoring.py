@@ -1,10 +1,16 @@
 """Exact option scoring: the log-probability of each candidate continuation of one prompt.
 
-The prompt is evaluated once (its cached prefix reused between calls); then each option is appended
-to it in one decode, its log-probabilities read, and removed again (`llama_memory_seq_rm`), so the next
-option sees exactly the same prompt cells. Log-probabilities come from the full-vocabulary softmax of
-the raw logits: no temperature, no top-k. Every option is computed exactly as a plain evaluation of
-prompt + option would be, so results do not depend on the other options or their order.
+The prompt's head (all but its last two tokens) is evaluated once, its cached prefix reused between
+calls; then each option is evaluated in one decode together with the prompt's last two tokens, its
+log-probabilities read, and removed again (`llama_memory_seq_rm`), so the next option sees exactly the
+same cells. Log-probabilities come from the full-vocabulary softmax of the raw logits: no temperature,
+no top-k. Results equal a plain evaluation of prompt + option in one batch and do not depend on the
+other options or their order.
+
+Why the last two prompt tokens go with every option: llama.cpp's CPU kernels (flash attention off)
+compute a token evaluated alone differently from one in a batch of several (up to 0.8 in a logit), so
+no decode here is ever a single token: not an option of one token, not the rest of a prompt whose
+prefix was cached.
 
 Why not fork one sequence per option (`llama_memory_seq_cp`) and decode all options in one batch:
 with llama.cpp 0.3.36 that gives wrong numbers. Sequences forked from shared prompt cells and decoded
@@ -25,8 +31,11 @@ from localrun.engine.scheduler import common_prefix
 from localrun.errors import ContextOverflow, InvalidRequest, LocalrunError
 
 
+TAIL = 2  # prompt tokens evaluated again with every option (see the module docstring)
+
+
 class Scorer:
-    """Owns the scoring context; its one sequence holds the last prompt scored, for prefix reuse."""
+    """Owns the scoring context; its one sequence holds the last prompt's head, for prefix reuse."""
 
     def __init__(self, model: Model, ctx_size: int, batch_size: int, threads: int) -> None:
         self.model, self.ctx_size, self.batch_size = model, ctx_size, batch_size
@@ -34,14 +43,15 @@ class Scorer:
                                threads=threads, flash_attn="off")
         self.memory = L.llama_get_memory(self.ctx)
         self.batch = Batch(batch_size)
-        self.cached: list[int] = []  # the prompt tokens sequence 0 holds
+        self.cached: list[int] = []  # the prompt head sequence 0 holds
         self.n_cached = 0  # prompt tokens reused by the last call
 
     def score(self, prompt: list[int], options: list[list[int]]) -> list[float]:
         """Sum of log-probabilities of each option's tokens following the prompt, in the given order."""
         self._check(prompt, options)
-        first = self._prefill(prompt)
-        return [self._score_option(option, len(prompt), first) for option in options]
+        head, tail = prompt[:-TAIL], prompt[-TAIL:]
+        self._prefill(head)
+        return [self._score_option(tail, option, len(head)) for option in options]
 
     def _check(self, prompt: list[int], options: list[list[int]]) -> None:
         if not prompt:
@@ -49,38 +59,37 @@ class Scorer:
         if not options or any(not o for o in options):
             raise InvalidRequest("scoring needs at least one option, and no empty option")
         longest = max(map(len, options))
-        if longest > self.batch_size:
-            raise InvalidRequest(f"an option is {longest} tokens; at most {self.batch_size} are scored")
+        if TAIL + longest > self.batch_size:
+            raise InvalidRequest(f"an option is {longest} tokens; at most {self.batch_size - TAIL} are scored")
         if len(prompt) + longest > self.ctx_size:
             raise ContextOverflow(f"prompt ({len(prompt)} tokens) plus the longest option ({longest}) exceed "
                                   f"the context of {self.ctx_size}")
 
-    def _prefill(self, prompt: list[int]) -> np.ndarray:
-        """Evaluate the prompt into sequence 0; the log-probabilities that follow its last token."""
-        keep = min(common_prefix(self.cached, prompt), len(prompt) - 1)
-        L.llama_memory_seq_rm(self.memory, -1, keep, -1)
-        self.cached, self.n_cached = prompt[:keep], keep
-        for start in range(keep, len(prompt), self.batch_size):
-            chunk = prompt[start:start + self.batch_size]
+    def _prefill(self, head: list[int]) -> None:
+        """Bring sequence 0 to exactly `head`, evaluating only what the previous head does not share."""
+        keep = common_prefix(self.cached, head)
+        if 0 < len(head) - keep < TAIL:
+            keep = max(0, len(head) - TAIL)  # never evaluate a lone token
+        L.llama_memory_seq_rm(self.memory, 0, keep, -1)
+        self.cached, self.n_cached = head[:keep], keep
+        for start, size in _chunks(len(head) - keep, self.batch_size):
             self.batch.clear()
-            for pos in range(start, start + len(chunk)):
-                self.batch.add(prompt[pos], pos, 0, pos == len(prompt) - 1)
+            for pos in range(keep + start, keep + start + size):
+                self.batch.add(head[pos], pos, 0, False)
             self._decode()
-            self.cached = prompt[: start + len(chunk)]
-        return _log_softmax(self._logits(1))[0]
+            self.cached = head[: keep + start + size]
 
-    def _score_option(self, option: list[int], n_prompt: int, first: np.ndarray) -> float:
-        """Append the option to the prompt in one decode, read its log-probabilities, take it out again."""
-        total = float(first[option[0]])
-        if len(option) > 1:  # the last token of an option is never evaluated
-            self.batch.clear()
-            for j, token in enumerate(option[:-1]):
-                self.batch.add(token, n_prompt + j, 0, True)
-            self._decode()
-            rows = _log_softmax(self._logits(len(option) - 1))
-            total += float(sum(rows[j, token] for j, token in enumerate(option[1:])))
-            L.llama_memory_seq_rm(self.memory, 0, n_prompt, -1)
-        return total
+    def _score_option(self, tail: list[int], option: list[int], at: int) -> float:
+        """Evaluate the prompt's tail and the option (but its last token) after the head, read the
+        option's log-probabilities, and remove them again."""
+        tokens = tail + option[:-1]
+        self.batch.clear()
+        for j, token in enumerate(tokens):
+            self.batch.add(token, at + j, 0, j >= len(tail) - 1)
+        self._decode()
+        rows = _log_softmax(self._logits(len(option)))
+        L.llama_memory_seq_rm(self.memory, 0, at, -1)
+        return float(sum(rows[j, token] for j, token in enumerate(option)))
 
     def _decode(self) -> None:
         status = self.batch.decode(self.ctx)
@@ -97,6 +106,17 @@ class Scorer:
         if self.ctx:
             L.llama_free(self.ctx)
             self.ctx = None
+
+
+def _chunks(n: int, size: int):
+    """(start, length) pieces of n tokens, at most `size` long, none of them a lone token."""
+    start = 0
+    while start < n:
+        length = min(size, n - start)
+        if n - start - length == 1:
+            length -= 1
+        yield start, length
+        start += length
 
 
 def _log_softmax(logits: np.ndarray) -> np.ndarray:
