@@ -42,10 +42,6 @@ class Plan:
     chunks: list[Chunk] = field(default_factory=list)
     trims: list[tuple[int, int]] = field(default_factory=list)
 
-    @property
-    def n_tokens(self) -> int:
-        return sum(c.n for c in self.chunks)
-
 
 # llama.cpp's CPU kernels round a prompt chunk of one token differently from a chunk of several, so
 # a prompt whose last token were evaluated alone (after a prefix-cache hit, or left over by the
