@@ -189,3 +189,17 @@ def test_a_short_shared_prefix_does_not_evict_a_long_cached_prompt():
     s.add(follow_up)
     run_step(s)
     assert follow_up.slot == 0 and follow_up.n_cached == 42
+
+
+def test_decode_tokens_go_in_slot_order_whatever_the_admission_order():
+    s = Scheduler(n_slots=3, batch_size=64)
+    for name, prompt in (("x", [1, 2]), ("y", [3, 4]), ("z", [5, 6])):
+        s.add(seq(name, prompt))
+    run_step(s)
+    for q in list(s.running):
+        s.finish(q)
+    for name, prompt in (("c", [5, 6, 9]), ("a", [1, 2, 9]), ("b", [3, 4, 9])):  # each takes its old slot
+        s.add(seq(name, prompt))
+    run_step(s)
+    assert [q.id for q in s.running] == ["c", "a", "b"]
+    assert layout(run_step(s)) == [("a", 3, 1, 1), ("b", 3, 1, 1), ("c", 3, 1, 1)]

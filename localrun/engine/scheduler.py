@@ -103,7 +103,10 @@ class Scheduler:
         plan = Plan()
         self._admit(plan)
         budget = self.batch_size
-        for seq in self.running:  # decode tokens first, prefill after: running streams never stall
+        # Decode tokens first, prefill after: running streams never stall. Decode tokens go in slot
+        # order: llama.cpp reuses the previous step's compute graph only when the batch visits the KV
+        # streams in the same order, and rebuilding it every step cost 20% at 8 sequences.
+        for seq in sorted(self.running, key=lambda s: s.slot):
             if not seq.prefilling and seq.pending and budget:
                 plan.chunks.append(Chunk(seq, seq.n_evaluated, 1, 1))
                 budget -= 1
