@@ -43,7 +43,7 @@ def test_chat_completion_reports_usage_and_cached_prefix(client):
     assert first.choices[0].finish_reason in ("stop", "length")
     assert second.choices[0].message.content == first.choices[0].message.content
     assert second.usage.prompt_tokens == first.usage.prompt_tokens > 5
-    assert second.usage.prompt_tokens_details.cached_tokens >= second.usage.prompt_tokens - 1
+    assert second.usage.prompt_tokens_details.cached_tokens >= second.usage.prompt_tokens - 2  # MIN_PREFILL
     assert second.usage.completion_tokens <= 12
 
 
