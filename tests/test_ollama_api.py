@@ -265,3 +265,10 @@ def _runner_pids(parent: int) -> list[int]:
             pids.append(int(proc.name))
     assert pids, "the daemon has no runner child"
     return pids
+
+
+@pytest.mark.parametrize("ref", ["/etc/passwd.gguf", "./model.gguf", "../x.gguf"])
+def test_pull_over_http_refuses_local_paths(daemon, ref):
+    """An HTTP client must not make the daemon import files from its own disk."""
+    r = httpx.post(f"{daemon.url}/api/pull", json={"model": ref}, timeout=30)
+    assert r.status_code == 400 and "local path" in r.json()["error"]

@@ -14,7 +14,7 @@ from fastapi.responses import PlainTextResponse, Response
 
 from localrun import __version__
 from localrun.durations import parse_duration
-from localrun.errors import LocalrunError
+from localrun.errors import InvalidRequest, LocalrunError
 from localrun.native import Delta, Done, GenerateRequest as NativeRequest
 from localrun.server import generation
 from localrun.server.manager import Loaded, ModelManager
@@ -69,7 +69,10 @@ async def show(body: ShowRequest, request: Request) -> dict[str, Any]:
 @router.post("/api/pull")
 async def pull(body: PullRequest, request: Request) -> Any:
     store = request.app.state.store
-    parse_reference(body.model)  # a malformed name is a 400 before any line is streamed
+    if parse_reference(body.model).kind == "path":  # malformed names fail here too, before any line streams
+        # An HTTP client must not make the daemon read arbitrary files from its disk into the store.
+        raise InvalidRequest("pull over HTTP takes a model name, hf.co/... reference or URL, not a local path; "
+                             "use `localrun pull PATH` on the daemon's machine")
     if not body.stream:
         await asyncio.to_thread(store.pull, body.model)
         return {"status": "success"}
