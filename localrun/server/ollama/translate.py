@@ -16,6 +16,7 @@ from localrun.errors import InvalidRequest
 from localrun.native import Done, GenerateRequest as NativeRequest, Timings
 from localrun.sampling import SamplingParams
 from localrun.server.ollama.protocol import ChatRequest, GenerateRequest, Message, Options
+from localrun.server.openai.translate import tool_definition  # Ollama's tools are OpenAI's
 
 OLLAMA_DEFAULTS: dict[str, float] = {
     "temperature": 0.8, "top_k": 40, "top_p": 0.9, "min_p": 0.0, "typical_p": 1.0,
@@ -63,7 +64,7 @@ def generate_request(body: GenerateRequest, default_ctx: int) -> NativeRequest:
 def chat_request(body: ChatRequest, default_ctx: int) -> NativeRequest:
     request = _native(body, default_ctx)
     request.messages = [_message(m, i) for i, m in enumerate(body.messages)]
-    request.tools = [_tool(t) for t in body.tools] if body.tools else None
+    request.tools = [tool_definition(t) for t in body.tools] if body.tools else None
     return request
 
 
@@ -101,14 +102,6 @@ def _template_call(call: dict[str, Any], fallback_id: str) -> dict[str, Any]:
         raise InvalidRequest("tool_calls: function.arguments must be a JSON object")
     return {"id": call.get("id") or fallback_id, "type": "function",
             "function": {"name": function["name"], "arguments": arguments}}
-
-
-def _tool(tool: dict[str, Any]) -> dict[str, Any]:
-    function = tool.get("function") if tool.get("type", "function") == "function" else None
-    if not isinstance(function, dict) or not function.get("name"):
-        raise InvalidRequest("tools: each tool must be {\"type\": \"function\", \"function\": {\"name\", ...}}")
-    return {"name": function["name"], "description": function.get("description", ""),
-            "parameters": function.get("parameters") or {"type": "object", "properties": {}}}
 
 
 def is_load_only(body: GenerateRequest | ChatRequest) -> bool:

@@ -39,7 +39,7 @@ def chat_request(body: ChatCompletionRequest) -> GenerateRequest:
         model=body.model, messages=[normalize_message(m) for m in body.messages],
         sampling=sampling(body, max_tokens, (body.top_logprobs or 0) if body.logprobs else None),
         n=body.n, num_ctx=body.num_ctx, keep_alive=body.keep_alive,
-        tools=[_tool(t) for t in body.tools] if body.tools else None, tool_choice=_tool_choice(body.tool_choice),
+        tools=[tool_definition(t) for t in body.tools] if body.tools else None, tool_choice=_tool_choice(body.tool_choice),
     )
     fmt = body.response_format
     if fmt is not None and fmt.type == "json_object":
@@ -104,7 +104,8 @@ def _template_call(call: dict[str, Any]) -> dict[str, Any]:
     return {"id": call.get("id"), "type": "function", "function": {"name": function.get("name"), "arguments": arguments}}
 
 
-def _tool(tool: dict[str, Any]) -> dict[str, Any]:
+def tool_definition(tool: dict[str, Any]) -> dict[str, Any]:
+    """An OpenAI (and Ollama) function tool -> the native {name, description, parameters}."""
     function = tool.get("function") if tool.get("type", "function") == "function" else None
     if not isinstance(function, dict) or not function.get("name"):
         raise InvalidRequest("tools: each tool must be {\"type\": \"function\", \"function\": {\"name\", ...}}")
