@@ -14,7 +14,7 @@ import contextlib
 import logging
 import time
 from dataclasses import dataclass, field
-from typing import Any, AsyncIterator, Awaitable, Callable, Protocol
+from typing import Any, AsyncIterator, Awaitable, Callable
 
 from localrun.config import Config
 from localrun.durations import parse_duration
@@ -25,14 +25,6 @@ from localrun.server.runner_process import RunnerOptions, RunnerProcess
 log = logging.getLogger("localrun.manager")
 
 REAP_INTERVAL_S = 1.0
-
-
-class ModelLike(Protocol):
-    name: str
-    digest: str
-    path: Any
-    size: int
-
 
 Spawn = Callable[[Any, RunnerOptions], Awaitable[RunnerProcess]]
 
