@@ -84,7 +84,7 @@ class Timings:
 @dataclass(slots=True)
 class TokenLogprob:
     token: str
-    logprob: float
+    logprob: float | None  # None for a prompt's first token: nothing comes before it
     top: list[tuple[str, float]] = field(default_factory=list)
 
 

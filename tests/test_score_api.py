@@ -85,3 +85,23 @@ def test_cli_prints_probabilities_and_json(daemon):
     assert " Paris" in text.stdout and "%" in text.stdout and "\x1b[" not in text.stdout
     out = subprocess.run(args + ["--json"], env=daemon.env(), capture_output=True, text=True, timeout=120)
     assert [c["option"] for c in json.loads(out.stdout)["choices"]] == [" Paris", " London"]
+
+
+def test_echo_logprobs_of_the_prompt_equal_the_scoring_path(daemon):
+    """lm-evaluation-harness's local-completions loglikelihood: echo + logprobs + max_tokens 0."""
+    context, continuation = "The capital of France is", " Paris, a city on the Seine."
+    r = httpx.post(f"{daemon.url}/v1/completions", json={"model": "smollm2", "prompt": context + continuation,
+                                                         "echo": True, "logprobs": 3, "max_tokens": 0}, timeout=120)
+    assert r.status_code == 200, r.text
+    choice = r.json()["choices"][0]
+    lp = choice["logprobs"]
+    assert choice["text"] == context + continuation and r.json()["usage"]["completion_tokens"] == 0
+    assert lp["token_logprobs"][0] is None and lp["top_logprobs"][0] is None
+    assert all(x <= 0 for x in lp["token_logprobs"][1:]) and all(len(top) == 3 for top in lp["top_logprobs"][1:])
+    assert "".join(lp["tokens"]) == context + continuation
+    # the continuation's tokens, scored as an option after the context, give the same sum
+    n_context = len(httpx.post(f"{daemon.url}/api/tokenize", json={"model": "smollm2", "text": context,
+                                                                    "add_special": True}, timeout=30).json()["tokens"])
+    scored = score(daemon, prompt=context, options=[continuation]).json()["choices"][0]
+    assert scored["tokens"] == len(lp["tokens"]) - n_context  # it tokenizes the same alone as after the context
+    assert sum(lp["token_logprobs"][n_context:]) == pytest.approx(scored["logprob"], abs=1e-4)

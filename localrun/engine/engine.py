@@ -268,9 +268,18 @@ class Engine:
         the previous scoring prompt's prefix) and every option is forked from it in one batch.
         `scoring_cached_tokens` then tells how many prompt tokens were reused.
         """
+        return self._get_scorer().score(prompt_tokens, options)
+
+    def _get_scorer(self) -> Scorer:
+        """The scoring context, created on first use."""
         if self._scorer is None:
             self._scorer = Scorer(self.model, self.settings.ctx_size, self.settings.batch_size, self._threads)
-        return self._scorer.score(prompt_tokens, options)
+        return self._scorer
+
+    def prompt_logprobs(self, tokens: list[int], top: int = 0) -> list[tuple[float, list[tuple[int, float]]]]:
+        """Log-probability of each prompt token after the first (and the `top` alternatives there),
+        on the scoring context: the same numbers `score` gives for those tokens."""
+        return self._get_scorer().prompt_logprobs(tokens, top)
 
     @property
     def scoring_cached_tokens(self) -> int:

@@ -53,6 +53,28 @@ class Scorer:
         self._prefill(head)
         return [self._score_option(tail, option, len(head)) for option in options]
 
+    def prompt_logprobs(self, tokens: list[int], top: int) -> list[tuple[float, list[tuple[int, float]]]]:
+        """For each token after the first: its log-probability given the tokens before it, and the
+        `top` most likely tokens there (id, log-probability). What evaluation harnesses call the
+        log-likelihood of a text; the same numbers `score` gives for those tokens as an option."""
+        if len(tokens) > self.ctx_size:
+            raise ContextOverflow(f"prompt ({len(tokens)} tokens) exceeds the context of {self.ctx_size}")
+        L.llama_memory_seq_rm(self.memory, 0, -1, -1)
+        self.cached, self.n_cached = [], 0
+        rows: list[tuple[float, list[tuple[int, float]]]] = []
+        for start, size in _chunks(len(tokens), self.batch_size):
+            self.batch.clear()
+            for pos in range(start, start + size):
+                self.batch.add(tokens[pos], pos, 0, True)
+            self._decode()
+            logprobs = _log_softmax(self._logits(size))
+            for j in range(size):
+                following = start + j + 1
+                if following < len(tokens):
+                    rows.append((float(logprobs[j, tokens[following]]), _top(logprobs[j], top)))
+        L.llama_memory_seq_rm(self.memory, 0, -1, -1)
+        return rows
+
     def _check(self, prompt: list[int], options: list[list[int]]) -> None:
         if not prompt:
             raise InvalidRequest("scoring needs a non-empty prompt")
@@ -117,6 +139,13 @@ def _chunks(n: int, size: int):
             length -= 1
         yield start, length
         start += length
+
+
+def _top(row: np.ndarray, n: int) -> list[tuple[int, float]]:
+    if n <= 0:
+        return []
+    ids = np.argpartition(row, -n)[-n:]
+    return sorted(((int(i), float(row[i])) for i in ids), key=lambda item: -item[1])
 
 
 def _log_softmax(logits: np.ndarray) -> np.ndarray:

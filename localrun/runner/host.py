@@ -152,6 +152,18 @@ class RunnerHost:
             "cached_tokens": self.engine.scoring_cached_tokens, "ms": (time.perf_counter() - started) * 1000.0,
         })
 
+    def _op_prompt_logprobs(self, rid: str, message: dict[str, Any]) -> None:
+        """The prompt's own tokens with their log-probabilities (the first has none) and top alternatives."""
+        engine = self.engine
+        tokens = engine.tokenize(message["prompt"], add_special=True, parse_special=True)
+        rows = engine.prompt_logprobs(tokens, message.get("top", 0))
+        piece = lambda token: engine.detokenize([token])  # noqa: E731
+        items = [[piece(tokens[0]), None, []]] + [
+            [piece(token), logprob, [[piece(alt), lp] for alt, lp in top]]
+            for token, (logprob, top) in zip(tokens[1:], rows)
+        ]
+        self._result(rid, {"tokens": items})
+
     def _op_health(self, rid: str, message: dict[str, Any]) -> None:
         self._result(rid, {"running": len(self.choices)})
 

@@ -14,6 +14,7 @@ Parent -> runner (each carries a caller-chosen string `id`, except shutdown):
     {"op": "perplexity", "id", "text", "ctx": int, "batch": int}   llama-perplexity's measure, on a context of its
                                                    own (this model's generations wait until it is done)
     {"op": "score",    "id", "prompt" | "messages", "options": [str]}   exact option log-probabilities
+    {"op": "prompt_logprobs", "id", "prompt", "top": int}   the prompt's own tokens' log-probabilities
     {"op": "health",   "id"}
     {"op": "shutdown"}                             finish nothing, exit 0
 
@@ -23,7 +24,7 @@ Runner -> parent:
     {"type": "accepted", "id", "prompt_tokens"}    the generation is queued in the engine (errors come before)
     {"type": "delta", "id", "index", "text", "logprobs": [[token, logprob, [[alt, lp], ...]], ...]}
     {"type": "done",  "id", "index", "finish_reason", "timings", "text", "tool_calls", "stop_sequence"}
-    {"type": "result", "id", "value"}              answer to tokenize / detokenize / render / embed / perplexity / score / health
+    {"type": "result", "id", "value"}              answer to the other ops
     {"type": "error", "id", "message", "error"}    this request failed; error names a class in localrun.errors
 
 A generation with n choices sends a "done" per index; the parent knows it is over after n of them.

@@ -7,7 +7,7 @@ from typing import Any, AsyncIterator
 from fastapi import APIRouter, Request
 
 from localrun.errors import InvalidRequest, LocalrunError
-from localrun.native import Delta, Done, Usage
+from localrun.native import Delta, Done, TokenLogprob, Usage
 from localrun.server import generation
 from localrun.server.errors import error_body
 from localrun.server.openai import translate as t
@@ -106,14 +106,30 @@ async def completions(body: CompletionRequest, request: Request) -> Any:
         gen = await generation.start(manager, native)
         include_usage = bool(body.stream_options and body.stream_options.include_usage)
         return event_stream(_completion_chunks(gen, body, include_usage), _stream_error)
+    echoed = await _prompt_logprobs(manager, body, native.prompt) if body.echo and body.logprobs is not None else []
+    if echoed and body.max_tokens == 0:  # only the prompt's log-likelihood, as evaluation harnesses ask
+        return _completion(body, [{"text": native.prompt, "index": 0, "finish_reason": "length",
+                                   "logprobs": t.completion_logprobs(echoed)}], Usage(prompt_tokens=len(echoed)))
     result = await generation.collect(manager, native)
     prefix = native.prompt if body.echo else ""
     choices = [{
         "text": prefix + done.text, "index": done.index, "finish_reason": t.finish_reason(done),
-        "logprobs": t.completion_logprobs(result.logprobs.get(done.index, [])) if body.logprobs is not None else None,
+        "logprobs": (t.completion_logprobs(echoed + result.logprobs.get(done.index, []))
+                     if body.logprobs is not None else None),
     } for done in result.choices]
+    return _completion(body, choices, _total_usage(result), timings=result.timings.to_llama_server())
+
+
+def _completion(body: CompletionRequest, choices: list[dict[str, Any]], usage: Usage, **extra: Any) -> dict[str, Any]:
     return {"id": t.new_id("cmpl"), "object": "text_completion", "created": t.now(), "model": body.model,
-            "choices": choices, "usage": t.usage(_total_usage(result)), "timings": result.timings.to_llama_server()}
+            "choices": choices, "usage": t.usage(usage), **extra}
+
+
+async def _prompt_logprobs(manager: Any, body: CompletionRequest, prompt: str) -> list[TokenLogprob]:
+    """The prompt's own tokens with their log-probabilities (echo + logprobs)."""
+    async with manager.lease(body.model, body.num_ctx, body.keep_alive) as loaded:
+        value = await loaded.runner.call("prompt_logprobs", prompt=prompt, top=body.logprobs)
+    return [TokenLogprob(token, logprob, [(alt, lp) for alt, lp in top]) for token, logprob, top in value["tokens"]]
 
 
 async def _completion_chunks(gen: generation.Generation, body: CompletionRequest, include_usage: bool) -> AsyncIterator[str]:

@@ -156,7 +156,7 @@ def completion_logprobs(items: list[TokenLogprob], offset: int = 0) -> dict[str,
         offsets.append(position)
         position += len(item.token)
     return {"tokens": [i.token for i in items], "token_logprobs": [i.logprob for i in items],
-            "top_logprobs": [dict(i.top) for i in items], "text_offset": offsets}
+            "top_logprobs": [dict(i.top) if i.logprob is not None else None for i in items], "text_offset": offsets}
 
 
 def finish_reason(done: Done) -> str:
