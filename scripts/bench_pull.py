@@ -27,21 +27,9 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import httpx
-import numpy as np
 
-
-def make_gguf(path: Path, mb: int) -> Path:
-    import gguf
-
-    writer = gguf.GGUFWriter(str(path), "llama")
-    writer.add_name("bench")
-    writer.add_context_length(256)
-    writer.add_tensor("weight", np.random.default_rng(0).standard_normal(mb * (1 << 18), dtype=np.float32))
-    writer.write_header_to_file()
-    writer.write_kv_data_to_file()
-    writer.write_tensors_to_file()
-    writer.close()
-    return path
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from tests.tiny_gguf import write_tiny_gguf  # noqa: E402
 
 
 def serve(path: Path) -> ThreadingHTTPServer:
@@ -105,7 +93,7 @@ def main() -> None:
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="bench-pull-") as tmp:
         work = Path(tmp)
-        model = make_gguf(work / "Bench-F32.gguf", args.mb)
+        model = write_tiny_gguf(work / "Bench-F32.gguf", floats=args.mb * (1 << 18), name="bench")
         size = model.stat().st_size
         server = serve(model)
         url = f"http://127.0.0.1:{server.server_address[1]}/Bench-F32.gguf"
