@@ -15,7 +15,7 @@ def seq(name: str, prompt: list[int], max_tokens: int | None = None) -> Sequence
 def run_step(s: Scheduler, sample: int = 7):
     """Plan, commit, and append a sampled token to every chunk that produced logits."""
     plan = s.schedule()
-    s.commit(plan)
+    s.commit(plan.chunks)
     for c in plan.chunks:
         if c.n_logits:
             c.seq.tokens.append(sample)
@@ -203,3 +203,18 @@ def test_decode_tokens_go_in_slot_order_whatever_the_admission_order():
     run_step(s)
     assert [q.id for q in s.running] == ["c", "a", "b"]
     assert layout(run_step(s)) == [("a", 3, 1, 1), ("b", 3, 1, 1), ("c", 3, 1, 1)]
+
+
+def test_a_step_decodes_every_generated_token_together_and_each_prompt_chunk_alone():
+    """llama.cpp would split a mixed batch so that a prompt chunk's first token is a lone row."""
+    s = Scheduler(n_slots=3, batch_size=64)
+    a, b = seq("a", [1, 2, 3]), seq("b", [4, 5, 6, 7])
+    s.add(a), s.add(b)
+    run_step(s)  # both prompts
+    c, d = seq("c", [8, 9, 10, 11, 12]), seq("d", [13])
+    s.add(c)
+    plan = run_step(s)
+    assert [[(ch.seq.id, ch.n) for ch in batch] for batch in plan.batches()] == [[("a", 1), ("b", 1)], [("c", 5)]]
+    s.finish(a)
+    s.add(d)  # a one-token prompt is still a prompt chunk
+    assert [[ch.seq.id for ch in batch] for batch in run_step(s).batches()] == [["b", "c"], ["d"]]

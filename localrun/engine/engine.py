@@ -19,7 +19,7 @@ from localrun.engine.detokenizer import Detokenizer
 from localrun.engine.embed import Embedder
 from localrun.engine.events import Event, Finished, Timings, Token
 from localrun.engine.sampler import Sampler, log_softmax, top_logprobs
-from localrun.engine.scheduler import Plan, Scheduler
+from localrun.engine.scheduler import Chunk, Scheduler
 from localrun.engine.scoring import Scorer
 from localrun.engine.sequence import Request, Sequence
 from localrun.engine.settings import FLASH_ATTN, KV_CACHE_TYPES, EngineSettings, physical_cores, resolve_flash_attn
@@ -94,15 +94,16 @@ class Engine:
         return self.scheduler.has_work
 
     def step(self) -> list[Event]:
-        """One `llama_decode`: a decode token per running sequence plus prefill chunks.
+        """One scheduler step: a decode token per running sequence plus prefill chunks.
 
+        The step's tokens go to llama.cpp as `plan.batches()` says (decode tokens in one call, each
+        prompt chunk in its own), and each call's logits are sampled before the next call reuses them.
         Raises LocalrunError if llama.cpp fails to decode; the engine should then be closed.
         """
         events = self._reap_cancelled()
-        plan = self.scheduler.schedule()
-        if plan.chunks:
-            indices = self._evaluate(plan)
-            for chunk, index in zip(plan.chunks, indices):
+        for chunks in self.scheduler.schedule().batches():
+            indices = self._evaluate(chunks)
+            for chunk, index in zip(chunks, indices):
                 if chunk.n_logits:
                     events.extend(self._next_token(chunk.seq, index))
         return events
@@ -116,11 +117,11 @@ class Engine:
         L.llama_memory_seq_rm(self.memory, slot_id, -1, -1)
         return 0
 
-    def _evaluate(self, plan: Plan) -> list[int]:
-        """Fill the batch from the plan and decode it; returns each chunk's last batch index."""
+    def _evaluate(self, chunks: list[Chunk]) -> list[int]:
+        """Fill the batch with the chunks and decode it; returns each chunk's last batch index."""
         batch, indices, now = self.batch, [], time.perf_counter()
         batch.clear()
-        for c in plan.chunks:
+        for c in chunks:
             seq, tokens = c.seq, c.seq.tokens
             if c.start == seq.n_cached and seq.prefilling:
                 seq.state.t_prompt = now
@@ -128,17 +129,17 @@ class Engine:
             for pos in range(c.start, c.start + c.n):
                 index = batch.add(tokens[pos], pos, seq.slot, pos > last - c.n_logits)
             indices.append(index)
-        self._decode(plan)
+        self._decode(chunks)
         return indices
 
-    def _decode(self, plan: Plan) -> None:
+    def _decode(self, chunks: list[Chunk]) -> None:
         threads = self._tuned_threads()
         start = time.perf_counter()
         status = self.batch.decode(self.ctx)
         if status != 0:
             raise LocalrunError(f"llama_decode failed with status {status} ({self.batch.n} tokens)")
-        self.scheduler.commit(plan)
-        if self._tuner and all(not c.seq.prefilling and c.n == 1 for c in plan.chunks):
+        self.scheduler.commit(chunks)
+        if self._tuner and all(not c.seq.prefilling and c.n == 1 for c in chunks):
             self._tuner.record(threads, self.batch.n, time.perf_counter() - start)
 
     def _tuned_threads(self) -> int:

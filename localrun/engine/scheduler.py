@@ -42,6 +42,19 @@ class Plan:
     chunks: list[Chunk] = field(default_factory=list)
     trims: list[tuple[int, int]] = field(default_factory=list)
 
+    def batches(self) -> list[list[Chunk]]:
+        """The step as `llama_decode` calls: every decode token together, then each prompt chunk alone.
+
+        With a KV stream per slot llama.cpp splits a batch into micro-batches holding equally many
+        tokens of each sequence, so a prompt chunk sharing a batch with decode tokens (or with a
+        longer chunk) would have its first or last token evaluated as a lone row, and a lone row
+        attends with other kernels than a chunk of rows: its cache entry, and every later token,
+        would differ from the same prompt run alone. Apart, each chunk is evaluated as it is alone.
+        """
+        decodes = [c for c in self.chunks if c.n == 1 and c.start >= c.seq.n_prompt]
+        prompts = [[c] for c in self.chunks if not (c.n == 1 and c.start >= c.seq.n_prompt)]
+        return ([decodes] if decodes else []) + prompts
+
 
 # llama.cpp's CPU kernels round a prompt chunk of one token differently from a chunk of several, so
 # a prompt whose last token were evaluated alone (after a prefix-cache hit, or left over by the
@@ -123,9 +136,9 @@ class Scheduler:
         remaining = seq.n_prompt - seq.n_evaluated
         return prefill_size(remaining, budget) or (min(remaining, budget) if budget == self.batch_size else 0)
 
-    def commit(self, plan: Plan) -> None:
-        """The plan's decode succeeded: its tokens are now in the slots' caches."""
-        for c in plan.chunks:
+    def commit(self, chunks: list[Chunk]) -> None:
+        """These chunks were decoded: their tokens are now in the slots' caches."""
+        for c in chunks:
             c.seq.n_evaluated = c.start + c.n
             slot = self.slots[c.seq.slot]
             del slot.tokens[c.start:]
