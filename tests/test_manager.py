@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from localrun.config import Config
-from localrun.errors import ModelNotFound, Overloaded
+from localrun.errors import ModelLoadError, ModelNotFound, Overloaded
 from localrun.server.manager import ModelManager
 from localrun.server.memory import estimate_bytes, parse_size
 from localrun.server.runner_process import RunnerOptions
@@ -174,3 +174,102 @@ def test_kv_cache_estimate_from_gguf_metadata():
     assert estimate_bytes(1000, per_token, f16) == 1000 + per_token * 200
     assert estimate_bytes(1000, per_token, replace(f16, kv_cache_type="q8_0")) < estimate_bytes(1000, per_token, f16)
     assert parse_size("8GiB") == 8 * 2**30 and parse_size("512MB") == 512 * 10**6
+
+
+def gated_manager(**overrides):
+    """A manager whose runner for model "a" starts only when the test opens `gate` (a load in progress)."""
+    m, spawned = manager(**overrides)
+    gate = asyncio.Event()
+    plain = m.spawn
+
+    async def spawn(path, options):
+        if path == Path("a"):
+            await gate.wait()
+        return await plain(path, options)
+
+    m.spawn = spawn
+    return m, spawned, gate
+
+
+def test_a_loaded_model_is_served_while_another_loads():
+    async def main():
+        m, spawned, gate = gated_manager()
+        async with m.lease("b"):
+            pass
+        loading = asyncio.create_task(m._acquire("a", None, 60.0))
+        await asyncio.sleep(0.05)
+        assert not loading.done() and "sha256:a" in m.loading
+        async with m.lease("b") as b:  # served at once: the load of "a" holds nothing b needs
+            assert b.model.name == "b"
+        gate.set()
+        assert (await loading).model.name == "a" and len(spawned) == 2
+        await m.close()
+    run(main())
+
+
+def test_requests_for_a_loading_model_share_one_load_and_are_all_admitted():
+    async def main():
+        m, spawned, gate = gated_manager(parallel=2, max_queue=1)
+        waiters = [asyncio.create_task(m._acquire("a", None, 60.0)) for _ in range(3)]
+        await asyncio.sleep(0.05)
+        with pytest.raises(Overloaded, match="loading"):  # the fourth is over the queue limit, at once
+            await m._acquire("a", None, 60.0)
+        gate.set()
+        loaded = {id(await w) for w in waiters}
+        assert len(spawned) == 1 and len(loaded) == 1 and m.running()[0].pending == 3
+        await m.close()
+    run(main())
+
+
+def test_a_failed_load_fails_every_waiter_and_the_next_request_tries_again():
+    async def main():
+        m, spawned = manager()
+        attempts = []
+
+        async def spawn(path, options):
+            attempts.append(path)
+            await asyncio.sleep(0.05)
+            if len(attempts) == 1:
+                raise ModelLoadError("model failed to load: bad file")
+            return StubRunner(path, options)
+
+        m.spawn = spawn
+        results = await asyncio.gather(*(m._acquire("a", None, 60.0) for _ in range(2)), return_exceptions=True)
+        assert len(attempts) == 1 and all(isinstance(r, ModelLoadError) for r in results)
+        assert not m.loading and not m.loaded
+        async with m.lease("a"):
+            assert len(attempts) == 2
+        await m.close()
+    run(main())
+
+
+def test_a_waiter_that_leaves_gives_its_place_back():
+    async def main():
+        m, _, gate = gated_manager()
+        gone = asyncio.create_task(m._acquire("a", None, 60.0))
+        await asyncio.sleep(0.05)
+        gone.cancel()
+        await asyncio.sleep(0)
+        assert m.loading["sha256:a"].claims == 0
+        gate.set()
+        await asyncio.sleep(0.05)
+        loaded = m.running()[0]
+        assert loaded.idle and loaded.expires_at is not None  # nobody holds it; its keep-alive runs
+        await m.close()
+    run(main())
+
+
+def test_expire_unloads_an_idle_model_now_and_a_busy_one_when_its_requests_end():
+    async def main():
+        m, spawned = manager()
+        async with m.lease("a"):
+            pass
+        assert await m.expire("sha256:a") and spawned[0].closed and not m.loaded
+        async with m.lease("b") as b:
+            assert await m.expire("sha256:b")
+            assert not spawned[1].closed and b.runner.alive  # the request in flight is not cut off
+        await asyncio.sleep(0.05)
+        assert spawned[1].closed and not m.loaded
+        assert not await m.expire("sha256:c")
+        await m.close()
+    run(main())

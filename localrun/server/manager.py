@@ -5,6 +5,11 @@ the lease loads the runner if needed, refuses at once with `Overloaded` (503 + R
 model already has `parallel + max_queue` requests, and on release starts the keep-alive clock.
 Loading evicts the least recently used idle models to stay within the model count and the memory
 budget. The runner factory is injectable so the scheduling decisions can be tested without models.
+
+The bookkeeping is synchronous code on the event loop (no lock): a decision and the change it makes
+happen without an await in between. A load runs as its own task, so a slow load of one model never
+delays requests to another that is already loaded; requests for a model that is loading claim a
+place in its queue and share that one load (and its error, when it fails).
 """
 
 from __future__ import annotations
@@ -50,7 +55,22 @@ class Loaded:
         self.pending -= 1
         self.last_used = now
         if self.idle:
-            self.expires_at = None if self.keep_alive < 0 else now + self.keep_alive
+            self.start_clock(now)
+
+    def start_clock(self, now: float) -> None:
+        """Idle from `now`: keep-alive counts down (a negative keep-alive never does)."""
+        self.expires_at = None if self.keep_alive < 0 else now + self.keep_alive
+
+
+@dataclass(slots=True, eq=False)
+class _Loading:
+    """A load in progress. `claims` are the requests waiting for it: each holds a place in the model's
+    queue, so they are admitted together when it is ready and the queue limit holds while it loads."""
+
+    size: int
+    capacity: int
+    task: asyncio.Task[Loaded] | None = None
+    claims: int = 0
 
 
 def _check_context(model: Any, num_ctx: int | None) -> None:
@@ -61,15 +81,21 @@ def _check_context(model: Any, num_ctx: int | None) -> None:
         raise InvalidRequest(f"num_ctx: {model.name} supports at most {limit} tokens of context, not {num_ctx}")
 
 
+def _seen(task: asyncio.Task[Any]) -> None:
+    """Mark a load's error as seen: the requests that waited for it may all have left."""
+    if not task.cancelled():
+        task.exception()
+
+
 class ModelManager:
     def __init__(self, config: Config, store: Any, spawn: Spawn | None = None) -> None:
         self.config = config
         self.store = store
         self.spawn: Spawn = spawn or RunnerProcess.start
         self.loaded: dict[str, Loaded] = {}  # by blob digest
+        self.loading: dict[str, _Loading] = {}  # by blob digest, while its runner starts
         self.default_keep_alive = parse_duration(config.keep_alive)
         self.budget = memory_budget(config.memory_budget)
-        self._lock = asyncio.Lock()
         self._reaper: asyncio.Task[None] | None = None
         self.closing = False
 
@@ -90,26 +116,28 @@ class ModelManager:
         try:
             yield loaded
         finally:
-            loaded.release(time.monotonic())
-            if loaded.idle and loaded.keep_alive == 0:
-                # A task, not an await: the lease may be closing inside a cancelled request.
-                asyncio.get_running_loop().create_task(self.unload(loaded))
+            self._release(loaded)
+
+    def _release(self, loaded: Loaded) -> None:
+        loaded.release(time.monotonic())
+        if loaded.idle and loaded.keep_alive == 0:
+            # A task, not an await: the lease may be closing inside a cancelled request.
+            asyncio.get_running_loop().create_task(self._unload_if_idle(loaded))
 
     async def _acquire(self, name: str, num_ctx: int | None, keep: float) -> Loaded:
         if self.closing:
             raise DaemonUnavailable("the server is shutting down")
         model = self.store.resolve(name)
         _check_context(model, num_ctx)
-        async with self._lock:
-            loaded = self.loaded.get(model.digest)
-            if loaded is not None and self._stale(loaded, num_ctx):
-                await self._unload_locked(loaded)
-                loaded = None
-            if loaded is None:
-                loaded = await self._load_locked(model, self.options(num_ctx), keep)
+        loaded = self.loaded.get(model.digest)
+        if loaded is not None and not self._stale(loaded, num_ctx):
             self._admit(loaded)
             loaded.keep_alive = keep
             return loaded
+        loading = self.loading.get(model.digest) or self._start_load(model, self.options(num_ctx), loaded)
+        loaded = await self._wait(model, loading)
+        loaded.keep_alive = keep
+        return loaded
 
     def _stale(self, loaded: Loaded, num_ctx: int | None) -> bool:
         """A dead runner is replaced; an idle one is reloaded when the request asks for another context size."""
@@ -125,55 +153,116 @@ class ModelManager:
         loaded.pending += 1
         loaded.expires_at = None
 
-    async def _load_locked(self, model: Any, options: RunnerOptions, keep: float) -> Loaded:
+    # -- loading --------------------------------------------------------------------------------
+
+    def _start_load(self, model: Any, options: RunnerOptions, stale: Loaded | None) -> _Loading:
+        """Decide now (room, victims) and start the load as a task of its own; the stale runner of this
+        model, if any, and the evicted ones are closed by that task before the new runner starts."""
+        retired = [stale] if stale is not None and self._detach(stale) else []
         size = estimate_bytes(model.size, model.facts.kv_bytes_per_token, options)
-        self._make_room(size)
-        for victim in self._victims(size):
-            await self._unload_locked(victim)
-        log.info("loading %s (ctx %d x %d slots)", model.name, options.ctx_size, options.parallel)
-        runner = await self.spawn(model.path, options)
-        loaded = Loaded(model=model, runner=runner, options=options, size=size, keep_alive=keep)
+        try:
+            self._make_room(size)
+        except Overloaded:
+            for loaded in retired:
+                asyncio.get_running_loop().create_task(loaded.runner.close())
+            raise
+        retired += [victim for victim in self._victims(size) if self._detach(victim)]
+        loading = _Loading(size, options.parallel + self.config.max_queue)
+        loading.task = asyncio.get_running_loop().create_task(self._load(model, options, loading, retired))
+        loading.task.add_done_callback(_seen)
+        self.loading[model.digest] = loading
+        return loading
+
+    async def _load(self, model: Any, options: RunnerOptions, loading: _Loading, retired: list[Loaded]) -> Loaded:
+        try:
+            for old in retired:
+                log.info("unloading %s", old.model.name)
+                await old.runner.close()
+            log.info("loading %s (ctx %d x %d slots)", model.name, options.ctx_size, options.parallel)
+            runner = await self.spawn(model.path, options)
+        finally:
+            del self.loading[model.digest]
+        if self.closing:
+            await runner.close()
+            raise DaemonUnavailable("the server is shutting down")
+        # Every request still waiting is admitted at once, before any other code can evict the model.
+        loaded = Loaded(model=model, runner=runner, options=options, size=loading.size,
+                        keep_alive=self.default_keep_alive, pending=loading.claims)
+        if loaded.idle:  # every waiter gave up
+            loaded.start_clock(time.monotonic())
         self.loaded[model.digest] = loaded
         self._ensure_reaper()
         return loaded
 
+    async def _wait(self, model: Any, loading: _Loading) -> Loaded:
+        """Claim a place in the loading model's queue and wait for the load (its error is raised here)."""
+        if loading.claims >= loading.capacity:
+            raise Overloaded(f"model {model.name} is loading and {loading.claims} requests wait for it; retry later",
+                             retry_after=1)
+        loading.claims += 1
+        assert loading.task is not None
+        try:
+            return await asyncio.shield(loading.task)
+        except asyncio.CancelledError:  # the request went away: give its place back
+            task = loading.task
+            if task.done() and not task.cancelled() and task.exception() is None:
+                self._release(task.result())
+            else:
+                loading.claims -= 1
+            raise
+
     def _make_room(self, size: int) -> None:
-        """Refuse now when even evicting every idle model cannot make room."""
-        busy = [m for m in self.loaded.values() if not m.idle]
+        """Refuse now when even evicting every idle model cannot make room (loads in progress count as busy)."""
+        busy = [m.size for m in self.loaded.values() if not m.idle] + [m.size for m in self.loading.values()]
         if len(busy) >= self.config.max_loaded_models:
             raise Overloaded(f"{len(busy)} models are loaded and busy (LOCALRUN_MAX_LOADED_MODELS); retry later")
-        if self.budget and busy and sum(m.size for m in busy) + size > self.budget:
+        if self.budget and busy and sum(busy) + size > self.budget:
             raise Overloaded("not enough memory budget while other models are busy (LOCALRUN_MEMORY_BUDGET)")
 
     def _victims(self, size: int) -> list[Loaded]:
         """Least recently used idle models to unload so the new one fits the count and the budget."""
         victims: list[Loaded] = []
         idle = sorted((m for m in self.loaded.values() if m.idle), key=lambda m: m.last_used)
-        count, used = len(self.loaded), sum(m.size for m in self.loaded.values())
+        held = [*self.loaded.values(), *self.loading.values()]
+        count, used = len(held), sum(m.size for m in held)
         while idle and (count >= self.config.max_loaded_models or (self.budget and used + size > self.budget)):
             victim = idle.pop(0)
             victims.append(victim)
             count, used = count - 1, used - victim.size
         return victims
 
+    # -- unloading ------------------------------------------------------------------------------
+
+    def _detach(self, loaded: Loaded) -> bool:
+        """Forget `loaded` if it is still the model's runner; whoever detaches it closes it."""
+        if self.loaded.get(loaded.model.digest) is not loaded:
+            return False
+        del self.loaded[loaded.model.digest]
+        return True
+
     async def unload(self, loaded: Loaded) -> None:
-        async with self._lock:
-            await self._unload_locked(loaded)
+        """Stop the runner now, whatever it is doing (shutdown)."""
+        if self._detach(loaded):
+            log.info("unloading %s", loaded.model.name)
+            await loaded.runner.close()
 
-    async def _unload_locked(self, loaded: Loaded) -> None:
-        if self.loaded.get(loaded.model.digest) is loaded:
-            del self.loaded[loaded.model.digest]
-        log.info("unloading %s", loaded.model.name)
-        await loaded.runner.close()
+    async def _unload_if_idle(self, loaded: Loaded) -> None:
+        if loaded.idle:
+            await self.unload(loaded)
 
-    async def unload_name(self, name: str) -> bool:
-        """Unload `name` now if it is loaded (keep_alive 0 with an empty prompt)."""
-        model = self.store.resolve(name)
-        loaded = self.loaded.get(model.digest)
+    async def expire(self, digest: str) -> bool:
+        """Unload the runner of the blob `digest` as Ollama expires one: now when it is idle, else as soon
+        as the requests in flight have finished (they are not cut off). False when it is not loaded."""
+        loaded = self.loaded.get(digest)
         if loaded is None:
             return False
-        await self.unload(loaded)
+        loaded.keep_alive = 0
+        await self._unload_if_idle(loaded)
         return True
+
+    async def unload_name(self, name: str) -> bool:
+        """Expire `name` if it is loaded (keep_alive 0 with an empty prompt)."""
+        return await self.expire(self.store.resolve(name).digest)
 
     def _ensure_reaper(self) -> None:
         if self._reaper is None or self._reaper.done():
@@ -187,7 +276,7 @@ class ModelManager:
             for loaded in list(self.loaded.values()):
                 expired = loaded.idle and loaded.expires_at is not None and loaded.expires_at <= now
                 if expired or (loaded.idle and not loaded.runner.alive):
-                    await self.unload(loaded)
+                    await self._unload_if_idle(loaded)
 
     def begin_shutdown(self) -> None:
         """Admit nothing more and end every request in flight with a clear error (SIGTERM), so that
@@ -197,8 +286,11 @@ class ModelManager:
             loaded.runner.fail_all("the server is shutting down", "DaemonUnavailable")
 
     async def close(self) -> None:
+        self.closing = True
         if self._reaper is not None:
             self._reaper.cancel()
+        loads = [loading.task for loading in self.loading.values() if loading.task is not None]
+        await asyncio.gather(*loads, return_exceptions=True)  # each closes its own runner when closing
         for loaded in list(self.loaded.values()):
             await self.unload(loaded)
 

@@ -108,7 +108,16 @@ async def _pull_progress(store: Any, ref: str) -> AsyncIterator[str]:
 
 @router.delete("/api/delete")
 async def delete(body: ModelRequest, request: Request) -> Response:
-    await asyncio.to_thread(request.app.state.store.remove, body.model)
+    """Remove the model and unload its runner: at once when idle, else when its requests in flight
+    finish (Ollama's expiry; nothing is cut off). Its blob may stay open until then, which is fine."""
+    store = request.app.state.store
+    try:
+        digest = (await asyncio.to_thread(store.resolve, body.model)).digest
+    except LocalrunError:  # not present (remove says so) or a linked file gone (so never loaded)
+        digest = None
+    await asyncio.to_thread(store.remove, body.model)
+    if digest is not None:
+        await request.app.state.manager.expire(digest)
     return Response(status_code=200)
 
 
