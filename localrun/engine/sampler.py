@@ -1,8 +1,9 @@
 """Per-sequence token selection: a `llama_sampler_*` chain, and log-probabilities beside it.
 
-The chain order follows llama-cpp-python's `Llama`: logit bias, penalties, grammar, then greedy,
-or top-k, typical, top-p, min-p, temperature and a seeded draw. Log-probabilities come from the
-raw logits over the full vocabulary, before any of those filters.
+The chain order follows llama-cpp-python's `Llama`: logit bias, penalties, then greedy, or top-k,
+typical, top-p, min-p, temperature and a seeded draw. A grammar is kept beside the chain and asked
+about the chosen token only, as llama-server does (see `Sampler.sample`). Log-probabilities come
+from the raw logits over the full vocabulary, before any of those filters.
 """
 
 from __future__ import annotations
@@ -20,12 +21,14 @@ from localrun.sampling import MAX_TOP_LOGPROBS, SamplingParams
 class Sampler:
     """One request's sampler chain; `sample` draws from the logits at a batch index and accepts it."""
 
-    __slots__ = ("ptr", "seed")
+    __slots__ = ("ptr", "grammar", "seed", "_candidates")
 
     def __init__(self, vocab, n_vocab: int, params: SamplingParams, seed: int | None,
                  banned: list[int] = ()) -> None:
         self.seed = seed if seed is not None else random.getrandbits(32)
         self.ptr = L.llama_sampler_chain_init(L.llama_sampler_chain_default_params())
+        self.grammar = None
+        self._candidates: Candidates | None = None
         bias = dict(params.logit_bias)
         bias.update({t: float("-inf") for t in banned})
         try:
@@ -41,10 +44,10 @@ class Sampler:
             self._add(L.llama_sampler_init_penalties(
                 n_vocab, p.repeat_last_n, p.repeat_penalty, p.frequency_penalty, p.presence_penalty))
         if p.grammar:
-            grammar = L.llama_sampler_init_grammar(vocab, p.grammar.encode(), b"root")
-            if not grammar:
+            self.grammar = L.llama_sampler_init_grammar(vocab, p.grammar.encode(), b"root")
+            if not self.grammar:
                 raise InvalidRequest("invalid GBNF grammar (llama.cpp could not parse it)")
-            self._add(grammar)
+            self._candidates = Candidates(n_vocab)
         if p.greedy:
             self._add(L.llama_sampler_init_greedy())
             return
@@ -63,12 +66,65 @@ class Sampler:
         L.llama_sampler_chain_add(self.ptr, smpl)
 
     def sample(self, ctx, index: int) -> int:
-        return L.llama_sampler_sample(self.ptr, ctx, index)
+        if self.grammar is None:
+            return L.llama_sampler_sample(self.ptr, ctx, index)
+        return self._sample_with_grammar(ctx, index)
+
+    def _sample_with_grammar(self, ctx, index: int) -> int:
+        """Draw without the grammar, then let the grammar judge that one token; only when it refuses,
+        filter the whole vocabulary through the grammar and draw again.
+
+        Checking the full vocabulary against the grammar every token made constrained decoding ~0.67x
+        as fast as free text. The result is the same: greedy picks the best allowed token either way,
+        and a draw that is kept when allowed and redone from the allowed tokens when not has exactly
+        the constrained distribution.
+        """
+        token, logit = self._candidates.draw(self.ptr, ctx, index)
+        if not _allows(self.grammar, token, logit):
+            token, _ = self._candidates.draw(self.ptr, ctx, index, first=self.grammar)
+        L.llama_sampler_accept(self.grammar, token)
+        L.llama_sampler_accept(self.ptr, token)
+        return token
 
     def free(self) -> None:
-        if self.ptr:
-            L.llama_sampler_free(self.ptr)
-            self.ptr = None
+        for ptr in (self.ptr, self.grammar):
+            if ptr:
+                L.llama_sampler_free(ptr)
+        self.ptr = self.grammar = None
+
+
+class Candidates:
+    """A reusable `llama_token_data_array` over the whole vocabulary, filled from a batch index's logits."""
+
+    __slots__ = ("data", "array", "ids")
+
+    def __init__(self, n_vocab: int) -> None:
+        self.ids = np.arange(n_vocab, dtype=np.int32)
+        self.data = np.zeros(n_vocab, dtype=_TOKEN_DATA)
+        pointer = ctypes.cast(self.data.ctypes.data, ctypes.POINTER(L.llama_token_data))
+        self.array = L.llama_token_data_array(pointer, n_vocab, -1, False)
+
+    def draw(self, chain, ctx, index: int, first=None) -> tuple[int, float]:
+        """Apply `first` (if any) and then the chain to fresh candidates; the selected token and its logit."""
+        self.data["id"] = self.ids  # samplers sort in place
+        self.data["logit"] = _logits(ctx, index, self.ids.size)
+        self.array.size, self.array.selected, self.array.sorted = self.ids.size, -1, False
+        for sampler in (first, chain):
+            if sampler is not None:
+                L.llama_sampler_apply(sampler, ctypes.byref(self.array))
+        chosen = self.data[self.array.selected]
+        return int(chosen["id"]), float(chosen["logit"])
+
+
+_TOKEN_DATA = np.dtype([("id", np.int32), ("logit", np.float32), ("p", np.float32)])
+
+
+def _allows(grammar, token: int, logit: float) -> bool:
+    """Whether the grammar accepts `token` next: it sets a refused candidate's logit to -inf."""
+    one = (L.llama_token_data * 1)(L.llama_token_data(token, logit, 0.0))
+    single = L.llama_token_data_array(one, 1, -1, False)
+    L.llama_sampler_apply(grammar, ctypes.byref(single))
+    return one[0].logit != float("-inf")
 
 
 def _logit_bias(n_vocab: int, bias: dict[int, float]):
@@ -79,10 +135,15 @@ def _logit_bias(n_vocab: int, bias: dict[int, float]):
     return L.llama_sampler_init_logit_bias(n_vocab, len(bias), items)
 
 
+def _logits(ctx, index: int, n_vocab: int) -> np.ndarray:
+    """The raw logits at one batch index, as a view into llama.cpp's buffer (valid until the next decode)."""
+    ptr = L.llama_get_logits_ith(ctx, index)
+    return np.ctypeslib.as_array(ctypes.cast(ptr, ctypes.POINTER(ctypes.c_float)), shape=(n_vocab,))
+
+
 def log_softmax(ctx, index: int, n_vocab: int) -> np.ndarray:
     """Log-probabilities over the full vocabulary from the raw logits at one batch index."""
-    ptr = L.llama_get_logits_ith(ctx, index)
-    logits = np.ctypeslib.as_array(ctypes.cast(ptr, ctypes.POINTER(ctypes.c_float)), shape=(n_vocab,))
+    logits = _logits(ctx, index, n_vocab)
     shifted = logits.astype(np.float64) - logits.max()
     return shifted - np.log(np.exp(shifted).sum())
 
