@@ -1,8 +1,9 @@
-"""The engine: one llama.cpp model and context, many sequences, one `llama_decode` per step.
+"""The engine: one llama.cpp model and context, many sequences, continuous batching.
 
-`step()` asks the scheduler for a plan, evaluates it in one batch, then samples a token for every
-sequence that produced logits and turns it into events (text, finish). Everything about which
-tokens go where lives in the scheduler; everything about pointers lives in `backend`.
+`step()` asks the scheduler for a plan, evaluates it (every decode token in one `llama_decode`,
+each prompt chunk in its own), then samples a token for every sequence that produced logits and
+turns it into events (text, finish). Everything about which tokens go where lives in the
+scheduler; everything about pointers lives in `backend`.
 """
 
 from __future__ import annotations
