@@ -43,7 +43,6 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("LOCALRUN_FLASH_ATTN", "auto", "Flash attention: on, off or auto."),
     Setting("LOCALRUN_KV_CACHE_TYPE", "f16", "KV cache type: f16, q8_0 or q4_0 (quantized types need flash attention)."),
     Setting("LOCALRUN_GPU_LAYERS", "auto", "Layers to offload to the GPU when the build supports it (auto = all)."),
-    Setting("LOCALRUN_SPECULATIVE", "0", "Prompt-lookup draft tokens per step (0 = speculative decoding off)."),
     Setting("LOCALRUN_DEBUG", "", "Set to 1 for tracebacks and debug logs."),
 )
 
@@ -88,7 +87,6 @@ class Config:
     flash_attn: str
     kv_cache_type: str
     gpu_layers: str
-    speculative: int
     debug: bool
 
     @classmethod
@@ -113,7 +111,6 @@ class Config:
             flash_attn=raw("LOCALRUN_FLASH_ATTN"),
             kv_cache_type=check_kv_cache_type(raw("LOCALRUN_KV_CACHE_TYPE"), raw("LOCALRUN_FLASH_ATTN")),
             gpu_layers=raw("LOCALRUN_GPU_LAYERS"),
-            speculative=_int("LOCALRUN_SPECULATIVE"),
             debug=raw("LOCALRUN_DEBUG") not in ("", "0", "false"),
         )
 

@@ -25,8 +25,8 @@ def test_engine_methods():
 
 def test_settings_defaults():
     s = EngineSettings()
-    assert (s.parallel, s.ctx_size, s.batch_size, s.threads, s.flash_attn, s.kv_cache_type, s.gpu_layers,
-            s.speculative) == (4, 4096, 512, None, "auto", "f16", None, 0)
+    assert (s.parallel, s.ctx_size, s.batch_size, s.threads, s.flash_attn, s.kv_cache_type,
+            s.gpu_layers) == (4, 4096, 512, None, "auto", "f16", None)
     assert not hasattr(s, "__dict__")  # slots
 
 

@@ -28,7 +28,6 @@ class EngineSettings:
     flash_attn: str = "auto"
     kv_cache_type: str = "f16"
     gpu_layers: int | None = None  # None = all when the build can offload, else 0
-    speculative: int = 0  # prompt-lookup draft tokens per step (0 = off); reserved for issue 6
     seed: int | None = None  # default seed for requests without one; None = random per request
     embed_ctx_size: int = 2048  # context of the lazily created embeddings context
     kv_unified: bool = False  # one KV buffer shared by all slots (see above)

@@ -41,12 +41,11 @@ class RunnerOptions:
     flash_attn: str = "auto"
     kv_cache_type: str = "f16"
     gpu_layers: int | None = None
-    speculative: int = 0
 
     def argv(self) -> list[str]:
         args = [
             "--parallel", str(self.parallel), "--ctx-size", str(self.ctx_size), "--batch-size", str(self.batch_size),
-            "--flash-attn", self.flash_attn, "--kv-cache-type", self.kv_cache_type, "--speculative", str(self.speculative),
+            "--flash-attn", self.flash_attn, "--kv-cache-type", self.kv_cache_type,
         ]
         if self.threads is not None:
             args += ["--threads", str(self.threads)]
