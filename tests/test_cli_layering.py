@@ -28,5 +28,5 @@ def test_registering_commands_imports_nothing_heavy():
 
 
 def test_client_public_names():
-    assert sorted(localrun.client.__all__) == ["Address", "Client", "Completion", "GenerateOptions", "RunningModel",
-                                               "TextStream", "Timings", "Usage", "parse_address"]
+    assert sorted(localrun.client.__all__) == ["Address", "Client", "Completion", "GenerateOptions", "PullStatus",
+                                               "RunningModel", "TextStream", "Timings", "Usage", "parse_address"]

@@ -16,7 +16,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from localrun.cli.generation import ensure_model, print_stats, until_first_text
+from localrun.cli.generation import ensure_model, ensure_on_server, print_stats, until_first_text
 from localrun.client import Client, GenerateOptions
 from localrun.errors import LocalrunError
 
@@ -44,7 +44,7 @@ class ChatSession:
     system: str | None = None
     markdown: bool = True
     verbose: bool = False
-    manage_models: bool = True  # pull on /load (false when --host points elsewhere)
+    manage_models: bool = True  # /load pulls into this home's store (false: the server pulls, see targets.py)
     messages: list[dict[str, str]] = field(default_factory=list)
 
     # -- one turn -------------------------------------------------------------------------------
@@ -124,7 +124,7 @@ class ChatSession:
         if not args:
             say("Usage: /load MODEL")
             return
-        model = ensure_model(args[0]) if self.manage_models else args[0]
+        model = ensure_model(args[0]) if self.manage_models else ensure_on_server(self.client, args[0])
         self.model = model
         self.messages.clear()
         say(f"Loading model '{model}'")

@@ -81,11 +81,11 @@ def chat(
 
 def _chat(client, model: str, options, system: Optional[str], markdown: bool, verbose: bool,
           host: Optional[str]) -> None:
+    from localrun.cli import targets
     from localrun.cli.chat import ChatSession, repl
-    from localrun.cli.daemon_commands import target
 
     repl(ChatSession(client, model, options, system, markdown=markdown, verbose=verbose,
-                     manage_models=target(host).is_loopback))
+                     manage_models=targets.resolve(host).local))
 
 
 @app.command()

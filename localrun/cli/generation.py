@@ -1,8 +1,9 @@
 """What `run`, `chat` and `batch` share: reaching the model (pull, start the daemon), the options
 from flags, and Ollama-style `--verbose` timing stats.
 
-A model is managed locally (pulled into the store, served by an auto-started daemon) only when the
-target is a loopback address; `--host` elsewhere means "use that server as it is".
+A model is managed locally (pulled into this home's store, served by an auto-started daemon) when the
+target is this home's daemon; a server with a store of its own is asked to pull a missing model, and
+one without the Ollama API is used as it is (see targets.py).
 """
 
 from __future__ import annotations
@@ -44,16 +45,21 @@ def options_from_flags(temperature: Optional[float], top_p: Optional[float], see
 
 
 def connect(model: str, host: Optional[str]) -> tuple[Client, str]:
-    """A client for `host` with `model` ready: pulled if missing and the daemon running, when local."""
-    from localrun.cli import daemon
-    from localrun.cli.daemon_commands import target
+    """A client for `host` with `model` ready: pulled if missing, into this home's store with the daemon
+    running, or by the server itself when it has a store of its own (see targets.py)."""
+    from localrun.cli import daemon, targets
     from localrun.client import Client
 
-    address = target(host)
-    if address.is_loopback:
-        daemon.ensure_running(address)  # first: a taken port fails fast, before any download
-        model = ensure_model(model)
-    return Client.from_host(address.base_url), model
+    target = targets.resolve(host)
+    if target.local:
+        daemon.ensure_running(target.address)  # first: a taken port fails fast, before any download
+        return Client.from_host(target.address.base_url), ensure_model(model)
+    client = Client.from_host(target.address.base_url)
+    try:
+        return client, ensure_on_server(client, model)
+    except BaseException:
+        client.close()
+        raise
 
 
 def ensure_model(name: str) -> str:
@@ -65,6 +71,18 @@ def ensure_model(name: str) -> str:
         return Store().pull(name, progress=reporter).name
     finally:
         reporter.close()
+
+
+def ensure_on_server(client: Client, name: str) -> str:
+    """Have the server pull `name` if it lacks it (its progress on stderr); `name` as given."""
+    from localrun.cli import targets
+
+    reporter = PullReporter()
+    try:
+        targets.ensure_served(client, name, reporter)
+    finally:
+        reporter.close()
+    return name
 
 
 class PullReporter:
@@ -157,4 +175,4 @@ def _seconds(s: float) -> str:
     return f"{s * 1000:.2f}ms" if s < 1 else f"{s:.3f}s"
 
 
-__all__ = ["connect", "ensure_model", "options_from_flags", "messages_for", "print_stats", "format_stats"]
+__all__ = ["connect", "ensure_model", "ensure_on_server", "options_from_flags", "messages_for", "print_stats", "format_stats"]

@@ -11,11 +11,13 @@ import json
 import sys
 import time
 from datetime import datetime, timezone
-from typing import Any
+from typing import Any, Optional
 
 import typer
 
 from localrun.cli.app import app
+
+SERVER_HELP = "A server with its own store (URL; Ollama or localrun) to do this on; default: this home's store."
 
 
 def _complete_catalogue(incomplete: str) -> list[str]:
@@ -39,6 +41,7 @@ def pull(
     link: bool = typer.Option(False, "--link", help="Use a local file in place instead of copying it into the store."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bar, only the final line."),
     as_json: bool = typer.Option(False, "--json", help="Progress events and the result as JSON lines."),
+    host: Optional[str] = typer.Option(None, "--host", help=SERVER_HELP),
 ) -> None:
     """Download a model (or import a local GGUF file) into the store; a no-op when it is present."""
     from localrun.store import Store
@@ -46,6 +49,9 @@ def pull(
     show_bar = sys.stderr.isatty() and not (quiet or as_json)
     reporter = _JsonReporter() if as_json else PullBar() if show_bar else None
     try:
+        server = _server(host)
+        if server is not None:
+            return _pull_on_server(server, model, link, reporter, as_json)
         result = Store().pull(model, link=link, progress=reporter)
     finally:
         if isinstance(reporter, PullBar):
@@ -101,9 +107,49 @@ def show(
         _print_info(resolved, info)
 
 
+def _server(host: Optional[str]):
+    """The server whose own store `--host` names, or None for this home's store (see cli/targets.py)."""
+    if host is None:
+        return None
+    from localrun.cli import targets
+
+    target = targets.resolve(host)
+    return None if target.local else target.address
+
+
+def _pull_on_server(address, model: str, link: bool, reporter, as_json: bool) -> None:
+    from localrun.cli import targets
+    from localrun.client import Client
+    from localrun.errors import UsageError
+
+    if link:
+        raise UsageError("--link works with this home's store only, not with a server's (--host)")
+    with Client.from_host(address.base_url) as client:
+        targets.pull_on_server(client, model, reporter or (lambda status: None))
+    if as_json:
+        _print_json({"status": "success", "model": {"name": model, "host": address.base_url}})
+    else:
+        typer.echo(f"pulled {model} on {address.base_url}")
+
+
 @app.command()
-def rm(models: list[str] = typer.Argument(..., help="Names of pulled models.", autocompletion=_complete_local)) -> None:
-    """Remove models; blobs no other name uses are deleted."""
+def rm(
+    models: list[str] = typer.Argument(..., help="Names of pulled models.", autocompletion=_complete_local),
+    host: Optional[str] = typer.Option(None, "--host", help=SERVER_HELP),
+) -> None:
+    """Remove models; blobs no other name uses are deleted. This home's running daemon (or the server
+    --host names) removes them itself, so a loaded model is unloaded too."""
+    from localrun.cli import targets
+
+    target = targets.resolve(host)
+    if target.up and (target.local or host is not None):
+        from localrun.client import Client
+
+        with Client.from_host(target.address.base_url) as client:
+            for name in models:
+                client.delete(name)
+                typer.echo(f"deleted {name}")
+        return
     from localrun.store import Store
 
     store = Store()

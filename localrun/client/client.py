@@ -15,7 +15,7 @@ from typing import Any
 import httpx
 
 from localrun.client.address import parse_address
-from localrun.client.types import Completion, GenerateOptions, RunningModel, Timings, Usage
+from localrun.client.types import Completion, GenerateOptions, PullStatus, RunningModel, Timings, Usage
 from localrun.errors import (AuthError, DaemonUnavailable, InvalidRequest, LocalrunError, ModelNotFound,
                              Overloaded)
 
@@ -70,6 +70,29 @@ class Client:
     def show(self, model: str) -> dict[str, Any]:
         """Ollama's `/api/show`: details, parameters, template, model_info."""
         return self._json("POST", "/api/show", json={"model": model})
+
+    def pull(self, model: str) -> Iterator[PullStatus]:
+        """Ollama's streamed `/api/pull`: the server fetches `model` into its own store. Yields its progress;
+        an error it reports after streaming began is raised. No read timeout: big files take a while."""
+        response = self._send("POST", "/api/pull", json={"model": model, "stream": True}, timeout=_GENERATE,
+                              stream=True)
+        try:
+            for line in response.iter_lines():
+                data = json.loads(line) if line.strip() else {}
+                if "error" in data:
+                    raise LocalrunError(str(data["error"]))
+                if data:
+                    yield PullStatus.from_json(data)
+        except httpx.TransportError as e:
+            raise DaemonUnavailable(f"the connection broke during the pull: {e}") from None
+        except ValueError:
+            raise LocalrunError(f"{self.base_url}/api/pull sent a line that is not JSON") from None
+        finally:
+            response.close()
+
+    def delete(self, model: str) -> None:
+        """Ollama's `DELETE /api/delete`: the server removes the model (a localrun daemon also unloads it)."""
+        self._send("DELETE", "/api/delete", json={"model": model})
 
     def perplexity(self, model: str, text: str, ctx: int = 512, batch: int = 2048) -> dict[str, Any]:
         """`/api/perplexity` (localrun only): perplexity, nll, tokens, scored, chunks, ctx, seconds.

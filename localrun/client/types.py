@@ -143,4 +143,23 @@ class RunningModel:
                    data.get("kv_cache_type") or "")
 
 
-__all__ = ["GenerateOptions", "Usage", "Timings", "Completion", "RunningModel", "coerce_option", "ALIASES"]
+@dataclass(slots=True)
+class PullStatus:
+    """One line of Ollama's streamed `/api/pull`: a step, or bytes of a download (total/completed)."""
+
+    status: str
+    digest: str = ""
+    total: int = 0
+    completed: int = 0
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> PullStatus:
+        return cls(str(data.get("status") or ""), str(data.get("digest") or ""), int(data.get("total") or 0),
+                   int(data.get("completed") or 0))
+
+    def to_dict(self) -> dict[str, Any]:
+        return {k: v for k, v in asdict(self).items() if v or k == "status"}
+
+
+__all__ = ["GenerateOptions", "Usage", "Timings", "Completion", "RunningModel", "PullStatus", "coerce_option",
+           "ALIASES"]
