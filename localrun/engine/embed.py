@@ -2,6 +2,10 @@
 
 Several inputs share one batch (one sequence id each); the model's pooling is used, or mean
 pooling for generative models that have none. Vectors are L2-normalised.
+
+An input longer than the context is refused (ContextOverflow), unless it comes as `Truncate(text)`:
+then it is cut to the context, as Ollama's `truncate: true` does, keeping the closing token the
+tokenizer appends (EOS/SEP), which pooling by the last or separator token depends on.
 """
 
 from __future__ import annotations
@@ -15,6 +19,10 @@ from localrun.engine.backend import Batch, Model, new_context
 from localrun.errors import ContextOverflow, LocalrunError
 
 MAX_SEQS = 16
+
+
+class Truncate(str):
+    """An input that is cut to fit the context instead of refused (a str, so any text API takes it)."""
 
 
 class Embedder:
@@ -33,16 +41,22 @@ class Embedder:
         self.batch = Batch(ctx_size)
 
     def embed(self, texts: list[str]) -> tuple[list[list[float]], int]:
-        inputs = [self.model.tokenize(t, True, True) for t in texts]
-        for i, tokens in enumerate(inputs):
-            if not tokens:
-                inputs[i] = tokens = [L.llama_vocab_bos(self.model.vocab)]
-            if len(tokens) > self.ctx_size:
-                raise ContextOverflow(f"input {i} is {len(tokens)} tokens; embeddings take at most {self.ctx_size}")
+        inputs = [self._tokens(i, text) for i, text in enumerate(texts)]
         vectors: list[list[float]] = []
         for group in self._groups(inputs):
             vectors.extend(self._run(group))
         return vectors, sum(map(len, inputs))
+
+    def _tokens(self, index: int, text: str) -> list[int]:
+        tokens = self.model.tokenize(text, True, True) or [L.llama_vocab_bos(self.model.vocab)]
+        if len(tokens) <= self.ctx_size:
+            return tokens
+        if not isinstance(text, Truncate):
+            raise ContextOverflow(f"input {index} is {len(tokens)} tokens; embeddings take at most {self.ctx_size} "
+                                  f"(the input length exceeds the context length)")
+        vocab = self.model.vocab
+        closing = L.llama_vocab_get_add_eos(vocab) or L.llama_vocab_get_add_sep(vocab)
+        return tokens[: self.ctx_size - 1] + tokens[-1:] if closing else tokens[: self.ctx_size]
 
     def _groups(self, inputs: list[list[int]]):
         """Consecutive inputs that fit one batch together."""
@@ -79,4 +93,4 @@ class Embedder:
             self.ctx = None
 
 
-__all__ = ["Embedder"]
+__all__ = ["Embedder", "Truncate"]

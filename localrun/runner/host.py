@@ -1,8 +1,9 @@
 """The runner's loop: one thread owns the engine; it takes messages between steps and streams events.
 
 A reader thread turns socket lines into an inbox; the engine thread drains the inbox (blocking
-only when the engine is idle), runs one `engine.step()`, and sends what came out. Every request
-that touches the llama context (generate, tokenize, embed, render) runs on the engine thread.
+only when the engine is idle), runs one `engine.step()`, and sends what came out in one write, so
+the daemon wakes once per step, not once per sequence. Every request that touches the llama context
+(generate, tokenize, embed, render) runs on the engine thread.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from localrun.engine import Engine, Finished, Request, Token
+from localrun.engine.embed import Truncate
 from localrun.engine.perplexity import perplexity
 from localrun.errors import InvalidRequest, LocalrunError
 from localrun.native import GenerateRequest
@@ -59,8 +61,7 @@ class RunnerHost:
         while not self.stopping:
             self._drain(block=not self.engine.has_work)
             if self.engine.has_work and not self.stopping:
-                for event in self.engine.step():
-                    self._emit(event)
+                self.channel.send_all([message for event in self.engine.step() for message in self._emit(event)])
 
     def _read(self) -> None:
         try:
@@ -127,7 +128,10 @@ class RunnerHost:
         self._result(rid, {"tokens": build_prompt(self.engine, request)})
 
     def _op_embed(self, rid: str, message: dict[str, Any]) -> None:
-        vectors, tokens = self.engine.embed(message["inputs"])
+        texts = message["inputs"]
+        if message.get("truncate"):  # cut to the context instead of refused (Ollama's default)
+            texts = [Truncate(text) for text in texts]
+        vectors, tokens = self.engine.embed(texts)
         self._result(rid, {"embeddings": vectors, "prompt_tokens": tokens})
 
     def _op_perplexity(self, rid: str, message: dict[str, Any]) -> None:
@@ -170,29 +174,29 @@ class RunnerHost:
     def _result(self, rid: str, value: dict[str, Any]) -> None:
         self.channel.send({"type": "result", "id": rid, "value": value})
 
-    def _emit(self, event: Token | Finished) -> None:
+    def _emit(self, event: Token | Finished) -> list[dict[str, Any]]:
+        """The protocol messages one engine event makes (none while text is held back)."""
         choice = self.choices.get(event.request_id)
         if choice is None:
-            return
+            return []
         if isinstance(event, Token):
             text = choice.visible(event.text)
             if text or event.logprob is not None:
-                self._delta(choice, text, _logprobs(self.engine, event))
-            return
+                return [self._delta(choice, text, _logprobs(self.engine, event))]
+            return []
         del self.choices[event.request_id]
         rest, calls = choice.take_calls()
-        if rest:
-            self._delta(choice, rest, [])
-        self.channel.send({
+        out = [self._delta(choice, rest, [])] if rest else []
+        out.append({
             "type": "done", "id": choice.request_id, "index": choice.index,
             "finish_reason": "tool_calls" if calls else event.reason, "timings": event.timings.to_dict(),
             "text": "".join(choice.text), "tool_calls": calls, "stop_sequence": event.stop_text,
         })
+        return out
 
-    def _delta(self, choice: _Choice, text: str, logprobs: list[Any]) -> None:
+    def _delta(self, choice: _Choice, text: str, logprobs: list[Any]) -> dict[str, Any]:
         choice.text.append(text)
-        self.channel.send({"type": "delta", "id": choice.request_id, "index": choice.index, "text": text,
-                           "logprobs": logprobs})
+        return {"type": "delta", "id": choice.request_id, "index": choice.index, "text": text, "logprobs": logprobs}
 
 
 def _logprobs(engine: Engine, event: Token) -> list[Any]:

@@ -10,7 +10,7 @@ Parent -> runner (each carries a caller-chosen string `id`, except shutdown):
     {"op": "tokenize", "id", "text", "special": bool}
     {"op": "detokenize", "id", "tokens": [int]}
     {"op": "render",   "id", "messages", "tools", "tool_choice"}  chat template + tokenize, no generation
-    {"op": "embed",    "id", "inputs": [str]}
+    {"op": "embed",    "id", "inputs": [str], "truncate": bool}   truncate: cut long inputs to the context
     {"op": "perplexity", "id", "text", "ctx": int, "batch": int}   llama-perplexity's measure, on a context of its
                                                    own (this model's generations wait until it is done)
     {"op": "score",    "id", "prompt" | "messages", "options": [str]}   exact option log-probabilities
@@ -37,11 +37,11 @@ import socket
 import threading
 from typing import Any, Iterator
 
-MAX_LINE = 256 * 1024 * 1024
+_ENCODER = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False)  # built once: encode runs per token
 
 
 def encode(message: dict[str, Any]) -> bytes:
-    return json.dumps(message, separators=(",", ":"), ensure_ascii=False).encode() + b"\n"
+    return _ENCODER.encode(message).encode() + b"\n"
 
 
 class Channel:
@@ -53,9 +53,15 @@ class Channel:
         self._lock = threading.Lock()
 
     def send(self, message: dict[str, Any]) -> None:
-        data = encode(message)
-        with self._lock:
-            self._sock.sendall(data)
+        self.send_all([message])
+
+    def send_all(self, messages: list[dict[str, Any]]) -> None:
+        """Several messages (one line each) in one write: an engine step's events cost one syscall
+        here and one wake-up in the daemon, however many sequences produced them."""
+        if messages:
+            data = b"".join(map(encode, messages))
+            with self._lock:
+                self._sock.sendall(data)
 
     def __iter__(self) -> Iterator[dict[str, Any]]:
         for line in self._reader:

@@ -79,10 +79,11 @@ class EmbedRequest(_Lenient):
 
 
 class EmbeddingsRequest(_Lenient):
-    """The legacy single-prompt embeddings route."""
+    """The legacy single-prompt embeddings route (it has no `truncate`; a long prompt is cut, as on /api/embed)."""
 
     model: str = Field(min_length=1)
     prompt: str = ""
+    truncate: bool = True
     options: Options | None = None
     keep_alive: str | float | None = None
 

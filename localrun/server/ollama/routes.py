@@ -228,4 +228,4 @@ async def _embed(manager: ModelManager, body: EmbedRequest | EmbeddingsRequest,
         load_ns = time.perf_counter_ns() - started
         if not inputs:
             return {"embeddings": [], "prompt_tokens": 0}, load_ns
-        return await loaded.runner.call("embed", inputs=inputs), load_ns
+        return await loaded.runner.call("embed", inputs=inputs, truncate=body.truncate), load_ns

@@ -69,3 +69,5 @@ class EmbeddingRequest(_Lenient):
     input: str | list[str] | list[int] | list[list[int]]
     encoding_format: Literal["float", "base64"] = "float"
     dimensions: int | None = Field(None, ge=1)
+    # extension (Ollama's name): cut inputs longer than the context instead of answering 400 as OpenAI does
+    truncate: bool = False

@@ -160,7 +160,7 @@ async def embeddings(body: EmbeddingRequest, request: Request) -> Any:
         raise InvalidRequest("input: send a string or a non-empty list of strings (token arrays are not supported)")
     manager = request.app.state.manager
     async with manager.lease(body.model) as loaded:
-        value = await loaded.runner.call("embed", inputs=inputs)
+        value = await loaded.runner.call("embed", inputs=inputs, truncate=body.truncate)
     vectors = value["embeddings"]
     if body.dimensions and vectors and body.dimensions != len(vectors[0]):
         raise InvalidRequest(f"dimensions: this model's embeddings have {len(vectors[0])} dimensions")
