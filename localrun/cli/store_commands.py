@@ -1,5 +1,8 @@
 """Model-store commands: pull, list, show, rm, cp. They work without a daemon.
 
+`rm` goes through this home's daemon when it runs, so a loaded model is unloaded as well; `pull --host`
+and `rm --host` act on the store of a server that has its own (see cli/targets.py).
+
 Output rules: results go to stdout, progress and errors to stderr. A progress bar only when stderr
 is a terminal (no bar, no ANSI on a pipe or with --quiet, just the final line); --json gives one
 JSON object per line for scripts.
