@@ -75,3 +75,14 @@ def test_rm_with_host_removes_the_model_on_that_server(server):
     assert "smollm2:135m" not in server_models(server)
     missing = run_cli("rm", "smollm2", "--host", server.url)
     assert missing.returncode == 1 and missing.stderr.startswith("error: ")
+
+
+def test_a_named_server_without_the_ollama_api_is_used_as_it_is():
+    """A loopback HTTP server that is not localrun, named by --host: no pull is tried, nothing is started,
+    and its own answer to the chat request is the error (not 'the port is taken')."""
+    with FileServer() as other:
+        result = run_cli("run", "smollm2", "hi", "--host", other.base_url)
+    assert result.returncode == 1 and result.stderr.startswith("error: HTTP 501 from ")
+    assert len(result.stderr.splitlines()) == 1
+    assert "pulling" not in result.stderr and "not a localrun daemon" not in result.stderr
+    assert lifecycle.read_pid(parse_address(other.base_url).port) is None

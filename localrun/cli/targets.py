@@ -48,12 +48,14 @@ def pull_on_server(client: Client, model: str, progress: Callable[[PullStatus], 
 def ensure_served(client: Client, model: str, progress: Callable[[PullStatus], None]) -> None:
     """Have the server pull `model` when it does not have it (as `ollama run` does). A server without
     the Ollama API is left to answer for itself: its own error names a model it lacks."""
-    from localrun.errors import InvalidRequest, LocalrunError, ModelNotFound
+    from localrun.errors import AuthError, DaemonUnavailable, LocalrunError
 
     try:
         client.show(model)
         return
-    except (ModelNotFound, InvalidRequest):
+    except (AuthError, DaemonUnavailable):
+        raise
+    except LocalrunError:  # not there, or no /api/show at all
         pass
     try:
         client.version()

@@ -183,8 +183,9 @@ def _error_message(response: httpx.Response) -> str:
     """OpenAI's {"error": {"message"}}, Ollama's {"error": "..."} or FastAPI's {"detail": ...}."""
     try:
         data = response.json()
-    except ValueError:
-        return response.text.strip()[:200]
+    except ValueError:  # plain text as one line; an HTML error page says nothing the status does not
+        text = response.text.strip()
+        return "" if text.startswith("<") else " ".join(text.split())[:200]
     if not isinstance(data, dict):
         return ""
     error = data.get("error", data.get("detail", ""))
