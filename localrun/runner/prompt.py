@@ -4,11 +4,14 @@ Chat requests go through the model's chat template; completion prompts are used 
 Templates usually write the BOS token themselves, so it is only added when the text lacks it.
 Tools reach the template when it knows them, else as localrun's generic tool prompt (see
 localrun.tools.prompt); a required or named tool_choice becomes a grammar that forces one call.
+A conversation that ends with an assistant message is a prefill: the model continues that message
+(Anthropic's prefill, Ollama's and llama-server's continuation) instead of starting a new turn.
 """
 
 from __future__ import annotations
 
 from localrun.engine import Engine, schema_to_grammar
+from localrun.errors import InvalidRequest
 from localrun.native import GenerateRequest
 from localrun.tools import active_tools, prepare_messages, tool_call_grammar
 from localrun.tools.schema import check_supported, normalized
@@ -19,9 +22,34 @@ def build_prompt(engine: Engine, request: GenerateRequest) -> list[int]:
         return engine.tokenize(request.prompt or "", add_special=True, parse_special=True)
     tools = active_tools(request.tools, request.tool_choice)
     messages, template_tools = prepare_messages(request.messages, tools, engine.model.chat_template())
-    text = engine.render_chat(messages, tools=template_tools, add_generation_prompt=True)
+    prefill = _prefill(messages)
+    text = engine.render_chat(messages, tools=template_tools, add_generation_prompt=prefill is None)
+    if prefill is not None:
+        text = _continuing(text, prefill)
     bos = engine.info.get("bos_token") or ""
     return engine.tokenize(text, add_special=not (bos and text.startswith(bos)), parse_special=True)
+
+
+def _prefill(messages: list[dict]) -> str | None:
+    """The text of a final assistant message the answer should continue, if the conversation ends on one."""
+    last = messages[-1] if messages else {}
+    content = last.get("content")
+    if last.get("role") != "assistant" or last.get("tool_calls") or not isinstance(content, str) or not content.strip():
+        return None
+    return content
+
+
+def _continuing(rendered: str, prefill: str) -> str:
+    """The rendered conversation cut right after the prefill, so nothing closes the assistant's turn.
+
+    As Hugging Face's `continue_final_message`: the template may strip the message's outer
+    whitespace, so the stripped text is looked for when the exact one is missing.
+    """
+    for text in (prefill, prefill.strip()):
+        at = rendered.rfind(text)
+        if at >= 0:
+            return rendered[:at + len(text)]
+    raise InvalidRequest("the chat template does not write the final assistant message, so it cannot be continued")
 
 
 def build_grammar(request: GenerateRequest) -> str | None:
