@@ -40,7 +40,7 @@ def test_engine_refuses_a_long_input_and_cuts_one_marked_truncate_to_its_prefix(
     (cut, whole), n = engine.embed([Truncate(text), prefix])
     assert n == 64 + len(engine.tokenize(prefix, add_special=True, parse_special=True))
     assert cosine(cut, whole) > 0.9999  # the first 64 tokens, nothing else
-    short, m = engine.embed([Truncate("a short text")])
+    _, m = engine.embed([Truncate("a short text")])
     assert m == len(engine.tokenize("a short text", add_special=True, parse_special=True))
 
 

@@ -52,7 +52,8 @@ def connect(model: str, host: Optional[str]) -> tuple[Client, str]:
 
     target = targets.resolve(host)
     if target.local:
-        daemon.ensure_running(target.address)  # first: a taken port fails fast, before any download
+        if not target.up:
+            daemon.ensure_running(target.address)  # first: a taken port fails fast, before any download
         return Client.from_host(target.address.base_url), ensure_model(model)
     client = Client.from_host(target.address.base_url)
     try:
