@@ -130,3 +130,25 @@ def test_a_loaded_model_answers_while_another_model_loads(daemon, client, gemma_
     assert finished["smollm2"] < finished["gemma"]
     assert still_loading == [SMOLLM2]  # answered before gemma was ready
     assert {m.model for m in client.ps().models} == {SMOLLM2, f"{gemma}:latest"}
+
+
+def test_requests_for_a_model_that_is_loading_share_one_runner(daemon, client, gemma_path):
+    cli(daemon, "pull", str(gemma_path), "--link", "--quiet")
+    gemma = gemma_path.stem
+    client.generate(model=gemma, prompt="", keep_alive=0)  # not loaded
+    answers: list[int] = []
+
+    def ask() -> None:
+        r = httpx.post(f"{daemon.url}/api/generate", timeout=120, json={
+            "model": gemma, "prompt": "Hi", "stream": False, "options": {"num_ctx": 8192, "num_predict": 1}})
+        answers.append(r.status_code)
+
+    askers = [threading.Thread(target=ask) for _ in range(3)]
+    for asker in askers:
+        asker.start()
+    seen: set[int] = set()
+    while any(asker.is_alive() for asker in askers):
+        seen.update(runner_pids(daemon, gemma_path.name))
+        time.sleep(0.01)
+    assert answers == [200, 200, 200]
+    assert len(seen) == 1 and runner_pids(daemon, gemma_path.name) == list(seen)
