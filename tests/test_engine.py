@@ -122,6 +122,28 @@ def test_long_prompt_arriving_while_others_decode(smollm2_path, solo):
         eng.close()
 
 
+def test_concurrent_requests_with_one_prompt_evaluate_it_once_and_equal_solo(engine, solo):
+    """The n choices of a request (or requests sharing a long system prompt) arriving together: the
+    first evaluates the prompt, the others wait for it and get a copy of its slot's cache."""
+    system = "You are a gardener. " + " ".join(f"Bed {i} grows {p}." for i, p in enumerate(["mint", "beans"] * 10))
+    prompts = [engine.tokenize(system + q) for q in ("\nWhat grows in bed 3?", "\nWhat grows in bed 3?",
+                                                     "\nWhat grows in bed 3?", "\nName a bed with beans.")]
+    seeded = dict(temperature=0.9, seed=11)
+    requests = [("c0", prompts[0], GREEDY), ("c1", prompts[1], GREEDY), ("c2", prompts[2], seeded), ("d", prompts[3], GREEDY)]
+    for rid, tokens, sampling in requests:
+        engine.add(Request(rid, tokens, SamplingParams(max_tokens=24, **sampling)))
+    together = drain(engine, {})
+    for rid, tokens, sampling in requests:
+        alone = generate(solo, tokens, rid, max_tokens=24, **sampling)
+        assert together[rid].tokens == alone.tokens, rid
+    common = next(i for i, (x, y) in enumerate(zip(prompts[0], prompts[3])) if x != y)
+    assert common >= 100
+    cached = {rid: together[rid].finished.timings.cached_tokens for rid, _, _ in requests}
+    assert cached["c1"] == cached["c2"] == len(prompts[0]) - 2  # all but the last two prompt tokens copied
+    assert cached["d"] == common
+    assert cached["c0"] < len(prompts[0]) - 2  # the one that evaluated it
+
+
 def test_prefix_reuse_evaluates_only_new_tokens_and_equals_cold(smollm2_path):
     shared = "Here is a long document about gardens. " + " ".join(
         f"Bed {i} grows {plant} beside the path." for i, plant in enumerate(["tomatoes", "roses", "mint", "beans"] * 12))

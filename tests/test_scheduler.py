@@ -218,3 +218,27 @@ def test_a_step_decodes_every_generated_token_together_and_each_prompt_chunk_alo
     s.finish(a)
     s.add(d)  # a one-token prompt is still a prompt chunk
     assert [[ch.seq.id for ch in batch] for batch in run_step(s).batches()] == [["b", "c"], ["d"]]
+
+
+def test_a_prompt_being_evaluated_elsewhere_is_waited_for_and_copied():
+    copies: list[tuple[int, int]] = []
+    s = Scheduler(n_slots=3, batch_size=40, copy=lambda src, dst: copies.append((src, dst)))
+    long = list(range(100, 170))  # 70 tokens: two steps of prefill at a budget of 40
+    a, b, c = seq("a", long), seq("b", long), seq("c", [1, 2, 3])
+    for q in (a, b, c):
+        s.add(q)
+    assert layout(run_step(s)) == [("a", 0, 40, 0)]
+    assert b.status is Status.WAITING and c.status is Status.WAITING  # FIFO: c waits behind b
+    plan = run_step(s)
+    assert layout(plan) == [("a", 40, 30, 1)] and plan.copies == []
+    plan = run_step(s)  # a's prompt is in its slot: b gets a copy and evaluates its last two tokens
+    assert plan.copies == [(a.slot, b.slot)] == copies and b.n_cached == 68
+    assert layout(plan) == [("a", 70, 1, 1), ("b", 68, 2, 1), ("c", 0, 3, 1)]
+
+
+def test_short_prompts_are_neither_held_back_nor_copied():
+    s = Scheduler(n_slots=2, batch_size=64, copy=lambda src, dst: pytest.fail("copied"))
+    short = list(range(10))
+    a, b = seq("a", short), seq("b", short)
+    s.add(a), s.add(b)
+    assert layout(run_step(s)) == [("a", 0, 10, 1), ("b", 0, 10, 1)]

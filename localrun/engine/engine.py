@@ -63,7 +63,7 @@ class Engine:
             raise
         self.memory = L.llama_get_memory(self.ctx)
         self.batch = Batch(settings.batch_size)
-        self.scheduler = Scheduler(settings.parallel, settings.batch_size, self._trim_slot)
+        self.scheduler = Scheduler(settings.parallel, settings.batch_size, self._trim_slot, self._copy_slot)
         self._embedder: Embedder | None = None
         self._scorer: Scorer | None = None
         self._eog: list[int] | None = None
@@ -117,6 +117,12 @@ class Engine:
             return keep
         L.llama_memory_seq_rm(self.memory, slot_id, -1, -1)
         return 0
+
+    def _copy_slot(self, source: int, target: int) -> None:
+        """Make a slot's cache a copy of another's. With a KV stream per slot llama.cpp copies the whole
+        stream at the start of the next `llama_decode`, cell for cell: the copy attends exactly as the
+        original (with one unified buffer the two sequences share cells instead)."""
+        L.llama_memory_seq_cp(self.memory, source, target, -1, -1)
 
     def _evaluate(self, chunks: list[Chunk]) -> list[int]:
         """Fill the batch with the chunks and decode it; returns each chunk's last batch index."""

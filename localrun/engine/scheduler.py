@@ -3,7 +3,10 @@
 Every step: one decode token for each running sequence first (streams keep flowing), then prefill
 chunks of sequences still loading their prompt, oldest first, within the batch token budget. A
 waiting sequence gets a free slot when there is one: the slot whose cached tokens share the longest
-prefix with its prompt, so that only the rest is evaluated.
+prefix with its prompt, so that only the rest is evaluated. When another slot (busy or not) holds a
+longer prefix of it, that slot's cache is copied into the free one first; a prompt whose start is
+being evaluated for another sequence right now (the `n` choices of one request, or concurrent
+requests with one long system prompt) waits for that and is then copied, not evaluated twice.
 """
 
 from __future__ import annotations
@@ -41,6 +44,7 @@ class Plan:
 
     chunks: list[Chunk] = field(default_factory=list)
     trims: list[tuple[int, int]] = field(default_factory=list)
+    copies: list[tuple[int, int]] = field(default_factory=list)  # (source slot, destination slot)
 
     def batches(self) -> list[list[Chunk]]:
         """The step as `llama_decode` calls: every decode token together, then each prompt chunk alone.
@@ -71,6 +75,11 @@ def prefill_size(remaining: int, budget: int) -> int:
     return n if n >= MIN_PREFILL or n == remaining else 0
 
 
+# Copying a slot's cache moves its whole KV stream; below this many shared prompt tokens evaluating
+# them again is about as cheap, so short prompts are neither copied nor held back.
+SHARE_MIN = 32
+
+
 def common_prefix(a: list[int], b: list[int]) -> int:
     n = min(len(a), len(b))
     for i in range(n):
@@ -88,13 +97,16 @@ class Scheduler:
 
     `trim(slot_id, keep)` cuts a slot's KV cache back to its first `keep` tokens when a new sequence
     takes the slot, and returns how many it really kept: a cache that cannot drop part of a sequence
-    (sliding-window attention past its window) keeps none.
+    (sliding-window attention past its window) keeps none. `copy(src, dst)`, when given, makes slot
+    dst's cache a copy of slot src's; without it caches are never shared between slots.
     """
 
-    def __init__(self, n_slots: int, batch_size: int, trim: Callable[[int, int], int] = keep_all) -> None:
+    def __init__(self, n_slots: int, batch_size: int, trim: Callable[[int, int], int] = keep_all,
+                 copy: Callable[[int, int], None] | None = None) -> None:
         self.slots = [Slot(i) for i in range(n_slots)]
         self.batch_size = batch_size
         self.trim = trim
+        self.copy = copy
         self.waiting: deque[Sequence] = deque()
         self.running: list[Sequence] = []
         self._clock = 0
@@ -154,11 +166,12 @@ class Scheduler:
             self.waiting.remove(seq)
 
     def _admit(self, plan: Plan) -> None:
-        while self.waiting:
+        while self.waiting and not self._prefix_in_flight(self.waiting[0]):
             slot = self._best_slot(self.waiting[0].tokens)
             if slot is None:
                 return
             seq = self.waiting.popleft()
+            self._copy_best_prefix(slot, seq, plan)
             keep = max(0, min(common_prefix(slot.tokens, seq.tokens), seq.n_prompt - MIN_PREFILL))
             if keep < len(slot.tokens):
                 keep = self.trim(slot.id, keep)
@@ -169,6 +182,23 @@ class Scheduler:
             seq.slot, seq.status = slot.id, Status.RUNNING
             seq.n_cached = seq.n_evaluated = keep
             self.running.append(seq)
+
+    def _prefix_in_flight(self, seq: Sequence) -> bool:
+        """Whether a running sequence is still evaluating a long prefix of this one's prompt."""
+        return self.copy is not None and any(
+            other.prefilling and common_prefix(other.tokens[:other.n_prompt], seq.tokens) >= SHARE_MIN
+            for other in self.running)
+
+    def _copy_best_prefix(self, slot: Slot, seq: Sequence, plan: Plan) -> None:
+        """Copy the cache of the slot sharing the longest prefix with `seq` into `slot`, when that pays."""
+        if self.copy is None:
+            return
+        source = max(self.slots, key=lambda s: common_prefix(s.tokens, seq.tokens))
+        shared = common_prefix(source.tokens, seq.tokens)
+        if source is not slot and shared >= SHARE_MIN and shared > common_prefix(slot.tokens, seq.tokens):
+            self.copy(source.id, slot.id)
+            plan.copies.append((source.id, slot.id))
+            slot.tokens = list(source.tokens)
 
     def _best_slot(self, tokens: list[int]) -> Slot | None:
         """The free slot that serves this prompt best while destroying the least cached work.
