@@ -1,12 +1,15 @@
-"""The download's fast paths: batched background hashing, write-behind, wide socket reads, and a
-pull large enough to use all three (the other pull tests use files smaller than one batch)."""
+"""The pull's fast paths: batched background hashing, write-behind, wide socket reads, a pull large
+enough to use all three (the other pull tests use files smaller than one batch), and the GGUF
+parse without numpy.memmap's per-slice hooks."""
 
 from __future__ import annotations
 
 import hashlib
 import os
 
+import gguf
 import httpx
+import numpy as np
 import pytest
 from tests.fileserver import FileServer
 from tests.tiny_gguf import write_tiny_gguf
@@ -14,6 +17,7 @@ from tests.tiny_gguf import write_tiny_gguf
 from localrun.store import Policy, Store
 from localrun.store import writeback
 from localrun.store.digests import BATCH, BackgroundHash
+from localrun.store import ggufinfo
 from localrun.store.download import READ_SIZE, _widen_reads
 from localrun.store.writeback import WriteBehind
 
@@ -131,3 +135,22 @@ def test_a_large_pull_is_verified_and_stored_whole(localrun_home, big_model, dro
     assert model.digest == digest and model.size == path.stat().st_size
     assert "sha256:" + hashlib.sha256(model.path.read_bytes()).hexdigest() == digest
     assert not list(store.layout.partial.glob("*.partial"))
+
+
+def test_the_fast_gguf_reader_reads_what_gguf_s_own_reader_reads(tmp_path):
+    path = tmp_path / "vocab.gguf"
+    writer = gguf.GGUFWriter(str(path), "llama")
+    writer.add_context_length(512)
+    writer.add_token_list([f"tok{i}" for i in range(20_000)])
+    writer.add_token_scores([float(i) for i in range(20_000)])
+    writer.add_eos_token_id(19_999)
+    writer.add_tensor("a", np.ones((4, 8), dtype=np.float32))
+    writer.add_tensor("b", np.zeros(16, dtype=np.float16))
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    fast = ggufinfo._reader_class()(path)
+    assert type(fast.data) is np.ndarray  # the hook took: no memmap slices
+    assert ggufinfo.read_info(path) == ggufinfo._info(gguf.GGUFReader(path))
+    assert ggufinfo.read_info(path).special_tokens == {"eos": "tok19999"}
