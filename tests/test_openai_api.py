@@ -90,7 +90,18 @@ def test_n_choices(client):
     out = client.chat.completions.create(model=MODEL, messages=ask("Say a word."), n=3, temperature=1.0,
                                          seed=1, max_tokens=5)
     assert [c.index for c in out.choices] == [0, 1, 2]
-    assert out.usage.completion_tokens == sum(1 for _ in out.choices) * 5 or out.usage.completion_tokens > 0
+    assert len({c.message.content for c in out.choices}) > 1  # each choice draws with its own seed
+    again = client.chat.completions.create(model=MODEL, messages=ask("Say a word."), n=3, temperature=1.0,
+                                           seed=1, max_tokens=5)
+    assert [c.message.content for c in again.choices] == [c.message.content for c in out.choices]
+
+
+def test_n_greedy_choices_share_the_prompt_and_equal_one_answer(client):
+    question = ask("List the planets of the solar system in order, with one fact about each of them.")
+    one = client.chat.completions.create(model=MODEL, messages=question, temperature=0, max_tokens=16)
+    out = client.chat.completions.create(model=MODEL, messages=question, n=3, temperature=0, max_tokens=16)
+    assert [c.message.content for c in out.choices] == [one.choices[0].message.content] * 3
+    assert out.usage.completion_tokens == 3 * one.usage.completion_tokens
 
 
 def test_logprobs_are_full_distribution_values(client):
