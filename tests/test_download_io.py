@@ -6,6 +6,9 @@ from __future__ import annotations
 
 import hashlib
 import os
+import platform
+import subprocess
+import sys
 
 import gguf
 import httpx
@@ -18,7 +21,7 @@ from localrun.store import Policy, Store
 from localrun.store import writeback
 from localrun.store.digests import BATCH, BackgroundHash
 from localrun.store import ggufinfo
-from localrun.store.download import READ_SIZE, _widen_reads
+from localrun.store.reads import READ_SIZE, widen_reads
 from localrun.store.writeback import WriteBehind
 
 KIB = 1 << 10
@@ -108,11 +111,38 @@ def test_plain_http_reads_are_widened_beyond_httpcore_s_64_kib(tmp_path):
     with FileServer() as server, httpx.Client() as client:
         url = server.add("/big.bin", data)
         with client.stream("GET", url) as response:
-            _widen_reads(response)
-            _widen_reads(response)  # a reused connection is widened once, not wrapped again
+            widen_reads(response)
+            widen_reads(response)  # a reused connection is widened once, not wrapped again
             chunks = list(response.iter_raw())
     assert b"".join(chunks) == data
     assert 64 * KIB < max(map(len, chunks)) <= READ_SIZE
+
+
+_CHURN = """
+import collections, resource, sys
+from localrun.store import reads
+if sys.argv[1] == "tuned":
+    assert reads._keep_buffers()
+def faults():
+    before, window = resource.getrusage(resource.RUSAGE_SELF).ru_minflt, collections.deque(maxlen=6)
+    for i in range(300):  # 1 MiB buffers, a few alive at once, as a download makes them
+        window.append(bytes(bytearray(1 << 20)))
+        if i % 50 == 49:
+            window.clear()
+    return resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before
+faults()
+print(faults())
+"""
+
+
+@pytest.mark.skipif(platform.libc_ver()[0] != "glibc", reason="needs glibc's mallopt")
+def test_wide_read_buffers_are_reused_instead_of_faulted_in_afresh():
+    def faults(mode: str) -> int:  # in a fresh process: the setting is process-wide
+        done = subprocess.run([sys.executable, "-c", _CHURN, mode], capture_output=True, text=True, timeout=60)
+        assert done.returncode == 0, done.stderr
+        return int(done.stdout)
+
+    assert faults("default") > 5000 and faults("tuned") < 500  # 4 KiB pages: 300 MiB would be 77k
 
 
 @pytest.fixture(scope="module")

@@ -10,7 +10,7 @@ The first 24 bytes are checked against the GGUF header before anything more is w
 finished file is checked against the expected sha256 (catalogue, else the server's X-Linked-Etag);
 a mismatch deletes the partial file. Fast links: the bytes are hashed on a helper thread as they
 arrive, the kernel starts writing them to disk behind the reader (writeback.py), and plain-TCP
-reads are 1 MiB instead of 64 KiB (`_widen_reads`).
+reads are 1 MiB instead of 64 KiB (reads.py).
 """
 
 from __future__ import annotations
@@ -27,10 +27,10 @@ import httpx
 from localrun.errors import ChecksumMismatch, DiskFull, DownloadError, NotGGUF
 from localrun.store.digests import BackgroundHash
 from localrun.store.ggufinfo import HEADER_SIZE, check_header
+from localrun.store.reads import widen_reads
 from localrun.store.writeback import WriteBehind
 
 _HEX64 = frozenset("0123456789abcdef")
-READ_SIZE = 1 << 20  # bytes per socket read on plain-TCP connections (see _widen_reads)
 PROGRESS_INTERVAL = 0.05  # seconds between progress callbacks (the last one always comes)
 
 
@@ -127,7 +127,7 @@ class Download:
             self._note_server_facts(response)
             self._keep_validator(response)
             self._ensure_space(self.total - self.offset)
-            _widen_reads(response)
+            widen_reads(response)
             with open(self.partial, "ab") as out:
                 behind = WriteBehind(out.fileno(), self.offset)
                 try:
@@ -246,25 +246,6 @@ class Download:
     def _content_range_total(response: httpx.Response) -> int:
         total = response.headers.get("content-range", "").rpartition("/")[2]
         return int(total) if total.isdigit() else 0
-
-
-def _widen_reads(response: httpx.Response) -> None:
-    """Let a plain-TCP connection read up to READ_SIZE bytes per call instead of httpcore's 64 KiB.
-
-    Every read costs tens of microseconds of Python in httpcore, h11 and httpx, which on a fast
-    link (a LAN mirror, loopback) is a third of the reader thread's time; bigger reads divide it.
-    A read returns what has arrived, so this never waits longer. The hook is the connection's
-    `network_stream` (an httpcore extension); where that is missing, or TLS (whose reads return
-    one record of at most 16 KiB anyway), nothing changes."""
-    stream = response.extensions.get("network_stream")
-    if stream is None or getattr(stream, "_localrun_widened", False) or stream.get_extra_info("ssl_object"):
-        return
-    read = stream.read
-    try:
-        stream._localrun_widened = True  # a kept-alive connection comes back: widen it once
-    except AttributeError:  # a stream class with __slots__: leave it as it is
-        return
-    stream.read = lambda max_bytes, timeout=None: read(max(max_bytes, READ_SIZE), timeout)
 
 
 def _mb(n: int) -> str:
