@@ -15,6 +15,7 @@
     ├── Overloaded                the model's queue is full              HTTP 503 + Retry-After
     ├── ModelLoadError            llama.cpp could not load the model     HTTP 500
     ├── RunnerCrashed             the runner process died mid-request    HTTP 500
+    ├── Cancelled                 the caller went away; work stopped     HTTP 499
     └── DaemonUnavailable         the CLI cannot reach / start the daemon exit 1
 
 A leaf module: no imports from the rest of localrun. Messages are one readable line; the CLI prints
@@ -95,6 +96,10 @@ class RunnerCrashed(LocalrunError):
     status = 500
 
 
+class Cancelled(LocalrunError):
+    status = 499  # nginx's "client closed request": nobody is left to read it
+
+
 class DaemonUnavailable(LocalrunError):
     status = 503
 
@@ -109,5 +114,5 @@ __all__ = [
     "error_class",
     "LocalrunError", "UsageError", "InvalidRequest", "ContextOverflow", "AuthError", "InvalidName",
     "ModelNotFound", "StoreError", "DownloadError", "ChecksumMismatch", "NotGGUF", "DiskFull",
-    "Overloaded", "ModelLoadError", "RunnerCrashed", "DaemonUnavailable",
+    "Overloaded", "ModelLoadError", "RunnerCrashed", "Cancelled", "DaemonUnavailable",
 ]

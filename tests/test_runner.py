@@ -112,3 +112,23 @@ def test_info_describes_the_build():
     info = json.loads(out.stdout)
     assert info["default_threads"] >= 1 and "CPU" in info["system_info"]
     assert isinstance(info["supports_gpu_offload"], bool)
+
+
+def test_perplexity_runs_beside_generation(smollm2_path):
+    """Perplexity of a long text takes many decodes on a context of its own, on a thread of its own:
+    a generation sent after it is answered before it ends."""
+    from tests.test_perplexity import TEXT
+
+    async def main() -> None:
+        runner = await RunnerProcess.start(smollm2_path, RunnerOptions(parallel=1, ctx_size=512))
+        try:
+            job = asyncio.create_task(runner.call("perplexity", text=TEXT * 12, ctx=32, batch=32))  # ~100 decodes
+            await asyncio.sleep(0.5)
+            text, done = await asyncio.wait_for(generate(runner, "Hi", 4), 60)
+            assert done["timings"]["generated_tokens"] == 4 and not job.done()
+            assert (await asyncio.wait_for(job, 300))["chunks"] >= 50
+        finally:
+            await runner.close()
+        assert runner.proc.returncode == 0
+
+    asyncio.run(main())

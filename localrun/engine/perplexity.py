@@ -8,11 +8,13 @@ Perplexity is exp(mean negative log-likelihood) over all scored tokens.
 
 Several chunks go into one `llama_decode` as separate sequences (`batch // ctx` of them, fewer when
 their logits would pass LOGITS_BUDGET), on a context of its own with one KV stream per sequence;
-logits are requested only for scored rows, and the log-softmax runs in numpy.
+logits are requested only for scored rows, and the log-softmax runs in numpy. A `stop` event set
+from another thread ends the work between two decodes.
 """
 
 from __future__ import annotations
 
+import threading
 import time
 from dataclasses import asdict, dataclass
 
@@ -20,7 +22,7 @@ import llama_cpp as L
 import numpy as np
 
 from localrun.engine.backend import Batch, Model, new_context
-from localrun.errors import InvalidRequest, LocalrunError
+from localrun.errors import Cancelled, InvalidRequest, LocalrunError
 
 MIN_CTX = 16
 LOGITS_BUDGET = 256 << 20  # bytes of float32 logits one decode may return (a 262k vocabulary is 1 MiB a row)
@@ -64,7 +66,7 @@ def token_nll(logits: np.ndarray, targets: np.ndarray, block: int = 64) -> np.nd
 
 
 def perplexity(model: Model, text: str, *, ctx: int = 512, batch: int = 2048, threads: int = 1,
-               kv_type: str = "f16", flash_attn: str = "off") -> PerplexityResult:
+               kv_type: str = "f16", flash_attn: str = "off", stop: threading.Event | None = None) -> PerplexityResult:
     """The perplexity of `text` under `model` with chunks of `ctx` tokens (see the module doc)."""
     started = time.perf_counter()
     _check_sizes(model, ctx, batch)
@@ -77,7 +79,12 @@ def perplexity(model: Model, text: str, *, ctx: int = 512, batch: int = 2048, th
     rows = ctx - 1 - first_scored(ctx)
     per_decode = max(1, min(batch // ctx, len(chunks), LOGITS_BUDGET // (4 * rows * model.n_vocab)))
     with _Evaluator(model, ctx, per_decode, threads, kv_type, flash_attn) as evaluator:
-        nll = np.concatenate([evaluator.nll(chunks[i:i + per_decode]) for i in range(0, len(chunks), per_decode)])
+        parts = []
+        for i in range(0, len(chunks), per_decode):
+            if stop is not None and stop.is_set():
+                raise Cancelled("perplexity cancelled")
+            parts.append(evaluator.nll(chunks[i:i + per_decode]))
+        nll = np.concatenate(parts)
     mean = float(nll.mean())
     return PerplexityResult(float(np.exp(mean)), mean, len(tokens), len(nll), len(chunks), ctx,
                             time.perf_counter() - started)

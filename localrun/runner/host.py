@@ -3,7 +3,8 @@
 A reader thread turns socket lines into an inbox; the engine thread drains the inbox (blocking
 only when the engine is idle), runs one `engine.step()`, and sends what came out in one write, so
 the daemon wakes once per step, not once per sequence. Every request that touches the llama context
-(generate, tokenize, embed, render) runs on the engine thread.
+(generate, tokenize, embed, render, score) runs on the engine thread; perplexity, which brings a
+context of its own and can run for minutes, runs on a thread of its own.
 """
 
 from __future__ import annotations
@@ -54,6 +55,7 @@ class RunnerHost:
         self.channel = channel
         self.inbox: queue.SimpleQueue[dict[str, Any]] = queue.SimpleQueue()
         self.choices: dict[str, _Choice] = {}  # engine request id -> choice
+        self.jobs: dict[str, tuple[threading.Thread, threading.Event]] = {}  # request id -> background job
         self.stopping = False
 
     def run(self) -> None:
@@ -62,6 +64,9 @@ class RunnerHost:
             self._drain(block=not self.engine.has_work)
             if self.engine.has_work and not self.stopping:
                 self.channel.send_all([message for event in self.engine.step() for message in self._emit(event)])
+        for thread, stop in list(self.jobs.values()):  # the model must outlive them
+            stop.set()
+            thread.join()
 
     def _read(self) -> None:
         try:
@@ -92,7 +97,10 @@ class RunnerHost:
         try:
             handler(rid, message)
         except LocalrunError as e:
-            self.channel.send({"type": "error", "id": rid, "message": e.message, "error": type(e).__name__})
+            self._error(rid, e)
+
+    def _error(self, rid: str, error: LocalrunError) -> None:
+        self.channel.send({"type": "error", "id": rid, "message": error.message, "error": type(error).__name__})
 
     def _op_generate(self, rid: str, message: dict[str, Any]) -> None:
         request = GenerateRequest.from_dict(message["request"])
@@ -111,6 +119,8 @@ class RunnerHost:
         for key, choice in list(self.choices.items()):
             if choice.request_id == rid:
                 self.engine.cancel(key)
+        if rid in self.jobs:
+            self.jobs[rid][1].set()
 
     def _op_tokenize(self, rid: str, message: dict[str, Any]) -> None:
         tokens = self.engine.tokenize(message["text"], add_special=message.get("special", True), parse_special=True)
@@ -135,12 +145,26 @@ class RunnerHost:
         self._result(rid, {"embeddings": vectors, "prompt_tokens": tokens})
 
     def _op_perplexity(self, rid: str, message: dict[str, Any]) -> None:
-        """Runs on the engine thread on a context of its own: this model's generations wait meanwhile."""
+        """On a thread and a llama context of its own, so this model's generations go on meanwhile
+        (sharing the cores); a cancel stops it between two decodes."""
+        stop = threading.Event()
+        thread = threading.Thread(target=self._perplexity, args=(rid, message, stop), name=f"perplexity-{rid}", daemon=True)
+        self.jobs[rid] = (thread, stop)
+        thread.start()
+
+    def _perplexity(self, rid: str, message: dict[str, Any], stop: threading.Event) -> None:
         engine = self.engine
-        result = perplexity(engine.model, message["text"], ctx=message.get("ctx", 512), batch=message.get("batch", 2048),
-                            threads=engine.info["threads"], kv_type=engine.settings.kv_cache_type,
-                            flash_attn=engine.flash_attn)
-        self._result(rid, result.to_dict())
+        try:
+            result = perplexity(engine.model, message["text"], ctx=message.get("ctx", 512), batch=message.get("batch", 2048),
+                                threads=engine.info["threads"], kv_type=engine.settings.kv_cache_type,
+                                flash_attn=engine.flash_attn, stop=stop)
+            self._result(rid, result.to_dict())
+        except LocalrunError as e:
+            self._error(rid, e)
+        except Exception as e:  # noqa: BLE001 - on this thread an escaped error would leave the caller waiting forever
+            self._error(rid, LocalrunError(f"perplexity failed: {e}"))
+        finally:
+            self.jobs.pop(rid, None)
 
     def _op_score(self, rid: str, message: dict[str, Any]) -> None:
         """Exact option scoring; an option's tokens are its text tokenized on its own (see server/score.py)."""

@@ -6,13 +6,14 @@ kept by the parent so a crash can be explained with its last lines.
 
 Parent -> runner (each carries a caller-chosen string `id`, except shutdown):
     {"op": "generate", "id", "request": GenerateRequest.to_dict()}
-    {"op": "cancel",   "id"}                       stop that generation within one engine step
+    {"op": "cancel",   "id"}                       stop that generation within one engine step (or that
+                                                   perplexity job between two decodes: error "Cancelled")
     {"op": "tokenize", "id", "text", "special": bool}
     {"op": "detokenize", "id", "tokens": [int]}
     {"op": "render",   "id", "messages", "tools", "tool_choice"}  chat template + tokenize, no generation
     {"op": "embed",    "id", "inputs": [str], "truncate": bool}   truncate: cut long inputs to the context
-    {"op": "perplexity", "id", "text", "ctx": int, "batch": int}   llama-perplexity's measure, on a context of its
-                                                   own (this model's generations wait until it is done)
+    {"op": "perplexity", "id", "text", "ctx": int, "batch": int}   llama-perplexity's measure, on a context and
+                                                   a thread of its own (generations go on meanwhile)
     {"op": "score",    "id", "prompt" | "messages", "options": [str]}   exact option log-probabilities
     {"op": "prompt_logprobs", "id", "prompt", "top": int}   the prompt's own tokens' log-probabilities
     {"op": "health",   "id"}
