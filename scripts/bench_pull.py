@@ -1,7 +1,7 @@
 #!/usr/bin/env python
 """Pull throughput against a plain httpx streaming download of the same file, in the same run.
 
-    python scripts/bench_pull.py [--mb 300] [--rounds 3]
+    python scripts/bench_pull.py [--mb 300] [--rounds 3] [--file MODEL.gguf]
 
 A loopback server (os.sendfile, so the server is not the bottleneck) serves one generated GGUF.
 The baseline streams it with httpx into a file; the pull is `Store.pull(url)` end to end: Range-
@@ -98,13 +98,15 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--mb", type=int, default=300, help="size of the generated model file")
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--file", type=Path, help="serve this GGUF instead (a real model's metadata, e.g. its "
+                                                  "vocabulary, makes validation a visible fixed cost)")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="bench-pull-") as tmp:
         work = Path(tmp)
-        model = write_tiny_gguf(work / "Bench-F32.gguf", floats=args.mb * (1 << 18), name="bench")
+        model = args.file or write_tiny_gguf(work / "Bench-F32.gguf", floats=args.mb * (1 << 18), name="bench")
         size = model.stat().st_size
         server = serve(model)
-        url = f"http://127.0.0.1:{server.server_address[1]}/Bench-F32.gguf"
+        url = f"http://127.0.0.1:{server.server_address[1]}/{model.name}"
         base_times, wide_times, pull_times = [], [], []
         for i in range(args.rounds):
             base_times.append(baseline(url, work / "baseline.bin"))
