@@ -1,14 +1,17 @@
 """The daemon's side of one runner child process: start it, route its events, survive its death.
 
-Each request gets an asyncio queue of protocol messages. When the child dies (kill -9, an abort in
-llama.cpp) every request in flight receives an error naming the cause (its last stderr lines), and
-`alive` turns False so the model manager starts a fresh runner on the next request.
+Each request gets an asyncio queue of protocol messages, filled straight from the socket's read
+callback (`_Lines`): a streamed token costs one wake-up here, its request's. When the child dies
+(kill -9, an abort in llama.cpp) every request in flight receives an error naming the cause (its
+last stderr lines), and `alive` turns False so the model manager starts a fresh runner on the next
+request.
 """
 
 from __future__ import annotations
 
 import asyncio
 import collections
+import contextlib
 import itertools
 import json
 import logging
@@ -19,10 +22,10 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, AsyncIterator
+from typing import Any, AsyncIterator, Callable
 
 from localrun.errors import ModelLoadError, RunnerCrashed, error_class
-from localrun.runner.protocol import MAX_LINE, encode
+from localrun.runner.protocol import encode
 
 log = logging.getLogger("localrun.runner")
 
@@ -57,16 +60,17 @@ class RunnerOptions:
 class RunnerProcess:
     """One live runner. Create with `await RunnerProcess.start(path, options)`."""
 
-    def __init__(self, proc: asyncio.subprocess.Process, reader: asyncio.StreamReader,
-                 writer: asyncio.StreamWriter, path: Path, options: RunnerOptions) -> None:
-        self.proc, self._reader, self._writer = proc, reader, writer
-        self.path, self.options = path, options
+    def __init__(self, proc: asyncio.subprocess.Process, path: Path, options: RunnerOptions) -> None:
+        self.proc, self.path, self.options = proc, path, options
+        self._transport: asyncio.Transport | None = None
+        self._ready: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
         self.info: dict[str, Any] = {}
         self.load_ms = 0.0
         self._queues: dict[str, asyncio.Queue[dict[str, Any]]] = {}
         self._ids = itertools.count()
         self._stderr: collections.deque[str] = collections.deque(maxlen=STDERR_TAIL)
         self._death: str | None = None
+        self._closing = False
         self._tasks: list[asyncio.Task[None]] = []
 
     @classmethod
@@ -81,12 +85,12 @@ class RunnerProcess:
             )
         finally:
             child.close()
-        reader, writer = await asyncio.open_unix_connection(sock=parent, limit=MAX_LINE)
-        runner = cls(proc, reader, writer, path, options)
+        runner = cls(proc, path, options)
+        loop = asyncio.get_running_loop()
+        runner._transport, _ = await loop.create_unix_connection(lambda: _Lines(runner._line, runner._eof), sock=parent)
         runner._tasks.append(asyncio.create_task(runner._read_stderr()))
         await runner._handshake()
         runner.load_ms = (time.perf_counter() - started) * 1000.0
-        runner._tasks.append(asyncio.create_task(runner._route()))
         return runner
 
     @property
@@ -103,11 +107,10 @@ class RunnerProcess:
 
     async def _handshake(self) -> None:
         try:
-            line = await asyncio.wait_for(self._reader.readline(), LOAD_TIMEOUT_S)
+            message = await asyncio.wait_for(self._ready, LOAD_TIMEOUT_S)
         except asyncio.TimeoutError:
             await self.kill()
             raise ModelLoadError(f"model failed to load: timed out after {LOAD_TIMEOUT_S:.0f}s") from None
-        message = json.loads(line) if line.strip() else {}
         if message.get("type") == "ready":
             self.info = message.get("info", {})
             return
@@ -123,16 +126,28 @@ class RunnerProcess:
                 self._stderr.append(line)
                 log.debug("runner %d: %s", self.proc.pid, line)
 
-    async def _route(self) -> None:
-        """Deliver each message to its request's queue; on EOF, fail everything in flight."""
-        while line := await self._reader.readline():
-            message = json.loads(line)
-            queue = self._queues.get(message.get("id", ""))
-            if queue is not None:
-                queue.put_nowait(message)
+    def _line(self, line: bytes) -> None:
+        """One message from the runner: the handshake's first, then each to its request's queue."""
+        message = json.loads(line)
+        if not self._ready.done():
+            self._ready.set_result(message)
+            return
+        queue = self._queues.get(message.get("id", ""))
+        if queue is not None:
+            queue.put_nowait(message)
+
+    def _eof(self) -> None:
+        if not self._ready.done():
+            self._ready.set_result({})  # the handshake explains the death
+        else:
+            self._tasks.append(asyncio.create_task(self._died()))
+
+    async def _died(self) -> None:
+        """The socket closed: wait for the exit code, then fail every request still in flight."""
         await self._wait_exit()
         self._death = self._crash_reason()
-        log.warning("runner for %s exited: %s", self.path.name, self._death)
+        log.log(logging.INFO if self._closing else logging.WARNING, "runner for %s exited: %s", self.path.name,
+                self._death)
         self.fail_all(f"runner crashed: {self._death}", "RunnerCrashed")
 
     def fail_all(self, message: str, error: str) -> None:
@@ -178,7 +193,8 @@ class RunnerProcess:
             finally:
                 if done < choices and self.alive:
                     # No await here: this also runs when the client's task is being cancelled.
-                    self._writer.write(encode({"op": "cancel", "id": rid}))
+                    with contextlib.suppress(ConnectionError):
+                        self._send({"op": "cancel", "id": rid})
 
     def _session(self, op: str, fields: dict[str, Any]) -> _Session:
         if not self.alive:
@@ -186,19 +202,25 @@ class RunnerProcess:
         fields.setdefault("id", f"r{next(self._ids)}")
         return _Session(self, op, fields)
 
-    async def _send(self, message: dict[str, Any]) -> None:
-        self._writer.write(encode(message))
-        await self._writer.drain()
+    def _send(self, message: dict[str, Any]) -> None:
+        """Hand one message to the socket. No drain: what the transport buffers is a request already
+        held in memory (and bounded by the body limits), or a small control message."""
+        assert self._transport is not None
+        if self._transport.is_closing():
+            raise ConnectionResetError("the runner's socket is closed")
+        self._transport.write(encode(message))
 
     async def close(self, timeout: float = 5.0) -> None:
         """Ask the runner to exit; kill it if it does not."""
+        self._closing = True
         if self.proc.returncode is None:
             try:
-                await self._send({"op": "shutdown"})
+                self._send({"op": "shutdown"})
                 await asyncio.wait_for(self.proc.wait(), timeout)
             except (asyncio.TimeoutError, ConnectionError, OSError):
                 await self.kill()
-        self._writer.close()
+        if self._transport is not None:
+            self._transport.close()
         for task in self._tasks:
             task.cancel()
 
@@ -222,7 +244,7 @@ class _Session:
         queue: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
         self.runner._queues[self.id] = queue
         try:
-            await self.runner._send(self.message)
+            self.runner._send(self.message)
         except (ConnectionError, OSError):
             self.runner._queues.pop(self.id, None)
             raise RunnerCrashed(f"runner crashed: {self.runner._death or 'connection lost'}") from None
@@ -230,6 +252,32 @@ class _Session:
 
     async def __aexit__(self, *exc: object) -> None:
         self.runner._queues.pop(self.id, None)
+
+
+class _Lines(asyncio.Protocol):
+    """The daemon's end of the runner socket: complete lines go to `on_line` inside the event loop's
+    read callback (no reader task between the socket and a request's queue), EOF to `on_eof`."""
+
+    def __init__(self, on_line: Callable[[bytes], None], on_eof: Callable[[], None]) -> None:
+        self._on_line, self._on_eof = on_line, on_eof
+        self._partial: list[bytes] = []  # a line's pieces so far, joined once its newline arrives
+
+    def data_received(self, data: bytes) -> None:
+        if b"\n" not in data:
+            self._partial.append(data)
+            return
+        if self._partial:
+            data = b"".join((*self._partial, data))
+            self._partial.clear()
+        *lines, rest = data.split(b"\n")
+        if rest:
+            self._partial.append(rest)
+        for line in lines:
+            if line:
+                self._on_line(line)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._on_eof()
 
 
 def _result(message: dict[str, Any]) -> dict[str, Any]:

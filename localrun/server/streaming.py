@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import logging
+from json.encoder import encode_basestring  # type: ignore[attr-defined]  # C-accelerated, as json.dumps uses
 from typing import Any, AsyncIterator, Callable
 
 from starlette.responses import StreamingResponse
@@ -17,16 +18,39 @@ from localrun.errors import LocalrunError
 log = logging.getLogger("localrun.server")
 
 NO_BUFFERING = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
+HOLE = "\x00hole\x00"  # a Template's placeholder value; no model name or constant field contains it
+_JSON = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"))  # built once: it runs per token
+_HOLE_JSON = _JSON.encode(HOLE)
 
 
 def sse(data: Any, event: str | None = None) -> str:
     head = f"event: {event}\n" if event else ""
-    body = data if isinstance(data, str) else json.dumps(data, ensure_ascii=False, separators=(",", ":"))
+    body = data if isinstance(data, str) else _JSON.encode(data)
     return f"{head}data: {body}\n\n"
 
 
 def ndjson(data: Any) -> str:
-    return json.dumps(data, ensure_ascii=False, separators=(",", ":")) + "\n"
+    return _JSON.encode(data) + "\n"
+
+
+class Template:
+    """A streamed chunk rendered once with HOLE values, filled with strings per call: a token's
+    chunk then costs one JSON string escape instead of building and dumping the whole object.
+    `Template(sse({"choices": [{"text": HOLE, ...}], ...}))("Hi")` equals the chunk with "Hi"."""
+
+    __slots__ = ("_parts",)
+
+    def __init__(self, rendered: str) -> None:
+        self._parts = rendered.split(_HOLE_JSON)
+
+    def __call__(self, *texts: str) -> str:
+        parts = self._parts
+        if len(texts) != len(parts) - 1:
+            raise ValueError(f"this template has {len(parts) - 1} holes, got {len(texts)} strings")
+        out = [parts[0]]
+        for text, part in zip(texts, parts[1:]):
+            out += (encode_basestring(text), part)
+        return "".join(out)
 
 
 async def _guarded(chunks: AsyncIterator[str], on_error: Callable[[LocalrunError], str]) -> AsyncIterator[str]:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any, AsyncIterator
+from typing import Any, AsyncIterator, Callable
 
 from fastapi import APIRouter, Request
 
@@ -12,7 +12,7 @@ from localrun.server import generation
 from localrun.server.errors import error_body
 from localrun.server.openai import translate as t
 from localrun.server.openai.protocol import ChatCompletionRequest, CompletionRequest, EmbeddingRequest
-from localrun.server.streaming import event_stream, sse
+from localrun.server.streaming import HOLE, Template, event_stream, sse
 
 router = APIRouter(tags=["openai"])
 
@@ -78,9 +78,14 @@ async def _chat_chunks(gen: generation.Generation, model: str, include_usage: bo
         return sse({"id": cid, "object": "chat.completion.chunk", "created": created, "model": model,
                     "system_fingerprint": "localrun", "choices": choices, **extra})
 
+    text_chunk = _text_chunks(chunk, lambda index, text: {"index": index, "delta": {"content": text},
+                                                          "logprobs": None, "finish_reason": None})
     started: set[int] = set()
     completion_tokens, last = 0, None
     async for event in gen:
+        if isinstance(event, Delta) and not event.logprobs and event.index in started:
+            yield text_chunk(event.index, event.text)  # the common case, rendered cheaply
+            continue
         delta: dict[str, Any] = {} if event.index in started else {"role": "assistant", "content": ""}
         started.add(event.index)
         if isinstance(event, Delta):
@@ -139,10 +144,15 @@ async def _completion_chunks(gen: generation.Generation, body: CompletionRequest
         return sse({"id": cid, "object": "text_completion", "created": created, "model": body.model,
                     "choices": choices, **extra})
 
+    text_chunk = _text_chunks(chunk, lambda index, text: {"text": text, "index": index, "logprobs": None,
+                                                          "finish_reason": None})
     completion_tokens, last = 0, None
     async for event in gen:
+        if isinstance(event, Delta) and body.logprobs is None:
+            yield text_chunk(event.index, event.text)  # the common case, rendered cheaply
+            continue
         if isinstance(event, Delta):
-            logprobs = t.completion_logprobs(event.logprobs) if body.logprobs is not None else None
+            logprobs = t.completion_logprobs(event.logprobs)
             yield chunk([{"text": event.text, "index": event.index, "logprobs": logprobs, "finish_reason": None}])
             continue
         completion_tokens += event.timings.generated_tokens
@@ -151,6 +161,20 @@ async def _completion_chunks(gen: generation.Generation, body: CompletionRequest
     if include_usage and last is not None:
         yield chunk([], **_usage_fields(last, completion_tokens))
     yield sse("[DONE]")
+
+
+def _text_chunks(chunk: Callable[..., str], choice: Callable[[int, str], dict[str, Any]]) -> Callable[[int, str], str]:
+    """`chunk([choice(index, text)])` for a plain text delta, with the chunk rendered once per choice
+    index (a Template): a streamed token costs one string escape, not a whole chunk's dump."""
+    templates: dict[int, Template] = {}
+
+    def render(index: int, text: str) -> str:
+        template = templates.get(index)
+        if template is None:
+            template = templates[index] = Template(chunk([choice(index, HOLE)]))
+        return template(text)
+
+    return render
 
 
 @router.post("/v1/embeddings")
