@@ -128,7 +128,7 @@ class RunnerProcess:
 
     def _line(self, line: bytes) -> None:
         """One message from the runner: the handshake's first, then each to its request's queue."""
-        message = json.loads(line)
+        message = json.loads(line.decode())  # str: json skips sniffing the bytes' encoding
         if not self._ready.done():
             self._ready.set_result(message)
             return
@@ -172,9 +172,14 @@ class RunnerProcess:
         return f"{status}" + (f": {tail}" if tail else "")
 
     async def call(self, op: str, **fields: Any) -> dict[str, Any]:
-        """A request with one answer (tokenize, render, embed, health)."""
+        """A request with one answer (tokenize, render, embed, perplexity, health). Cancelling the
+        waiting task asks the runner to stop the work (a perplexity job stops between two decodes)."""
         async with self._session(op, fields) as queue:
-            message = await queue.get()
+            try:
+                message = await queue.get()
+            except asyncio.CancelledError:
+                self._cancel(fields["id"])
+                raise
         return _result(message)
 
     async def stream(self, op: str, **fields: Any) -> AsyncIterator[dict[str, Any]]:
@@ -191,10 +196,14 @@ class RunnerProcess:
                     done += message["type"] == "done"
                     yield message
             finally:
-                if done < choices and self.alive:
-                    # No await here: this also runs when the client's task is being cancelled.
-                    with contextlib.suppress(ConnectionError):
-                        self._send({"op": "cancel", "id": rid})
+                if done < choices:
+                    self._cancel(rid)
+
+    def _cancel(self, rid: str) -> None:
+        """Tell the runner to stop a request. No await: this also runs while the caller's task is being cancelled."""
+        if self.alive:
+            with contextlib.suppress(ConnectionError):
+                self._send({"op": "cancel", "id": rid})
 
     def _session(self, op: str, fields: dict[str, Any]) -> _Session:
         if not self.alive:

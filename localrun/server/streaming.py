@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 import logging
-from json.encoder import encode_basestring  # type: ignore[attr-defined]  # C-accelerated, as json.dumps uses
+from json.encoder import encode_basestring  # the C string escaper json.dumps itself uses
 from typing import Any, AsyncIterator, Callable
 
 from starlette.responses import StreamingResponse
