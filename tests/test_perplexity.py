@@ -5,7 +5,11 @@ the same number comes back through `localrun perplexity` and the daemon's /api/p
 from __future__ import annotations
 
 import json
+import os
 import re
+import threading
+import time
+from pathlib import Path
 
 import httpx
 import llama_cpp
@@ -167,3 +171,31 @@ def test_route_refuses_a_short_text_and_a_tiny_ctx(daemon, tmp_path):
 def test_missing_file_is_a_usage_error(daemon, tmp_path):
     done = run_cli("perplexity", "smollm2", str(tmp_path / "nope.txt"), env=daemon.env())
     assert done.returncode == 2 and done.stderr == f"error: cannot read {tmp_path / 'nope.txt'}: No such file or directory\n"
+
+
+def test_a_client_that_hangs_up_stops_the_job(daemon):
+    """The job would take ~100 decodes; once its client is gone the runner must stop using the CPU."""
+    from tests.test_model_lifecycle import runner_pids
+
+    def runners_cpu_seconds() -> float:
+        ticks = 0
+        for pid in runner_pids(daemon):
+            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+            ticks += int(fields[11]) + int(fields[12])  # utime, stime
+        return ticks / os.sysconf("SC_CLK_TCK")
+
+    def busy_for(seconds: float) -> float:
+        before = runners_cpu_seconds()
+        time.sleep(seconds)
+        return runners_cpu_seconds() - before
+
+    body = {"model": "smollm2", "text": TEXT * 12, "ctx": 32, "batch": 32}
+    with pytest.raises(httpx.ReadTimeout):
+        httpx.post(f"{daemon.url}/api/perplexity", json=body, timeout=2.0)
+    time.sleep(1.0)  # the daemon looks every 0.25 s; the runner stops after the decode in hand
+    assert busy_for(1.5) < 0.3
+    job = threading.Thread(target=httpx.post, args=(f"{daemon.url}/api/perplexity",), kwargs={"json": body, "timeout": 60})
+    job.start()  # the same job with its client waiting does keep the cores busy
+    time.sleep(1.0)
+    assert busy_for(1.5) > 0.6
+    job.join()

@@ -12,6 +12,8 @@ from typing import Any
 from fastapi import APIRouter, Request
 from pydantic import BaseModel, ConfigDict, Field
 
+from localrun.server.hangup import unless_hung_up
+
 router = APIRouter(tags=["perplexity"])
 
 
@@ -25,5 +27,7 @@ class PerplexityRequest(BaseModel):
 
 @router.post("/api/perplexity")
 async def perplexity(body: PerplexityRequest, request: Request) -> dict[str, Any]:
+    """Minutes of work on a long text: a client that hangs up stops it (see server/hangup.py)."""
     async with request.app.state.manager.lease(body.model) as loaded:
-        return await loaded.runner.call("perplexity", text=body.text, ctx=body.ctx, batch=body.batch)
+        job = loaded.runner.call("perplexity", text=body.text, ctx=body.ctx, batch=body.batch)
+        return await unless_hung_up(request, job)
