@@ -131,6 +131,21 @@ def test_client_disconnect_frees_the_slot_at_once(narrow):
     assert waited < 5.0, f"the next request waited {waited:.1f}s: the old sequence was not cancelled"
 
 
+@pytest.mark.parametrize("path, body", [
+    ("/v1/chat/completions", chat_body(4000, stream=False)),
+    ("/api/chat", {"model": "smollm2", "messages": PROMPT, "stream": False,
+                   "options": {"num_predict": 4000, "temperature": 0}, "logit_bias": NO_EOS}),
+    ("/v1/messages", {"model": "smollm2", "messages": PROMPT, "max_tokens": 4000, "logit_bias": NO_EOS}),
+])
+def test_a_client_that_hangs_up_on_a_non_streamed_answer_frees_the_slot(narrow, path, body):
+    """Nothing is written before the whole answer, so the daemon must watch the connection itself."""
+    with pytest.raises(httpx.ReadTimeout):
+        httpx.post(f"{narrow.url}{path}", json=body, timeout=1.5)
+    started = time.monotonic()  # the one slot must be free for this at once, not after 4000 tokens (~30 s)
+    httpx.post(f"{narrow.url}/v1/chat/completions", json=chat_body(4, stream=False), timeout=60).raise_for_status()
+    assert time.monotonic() - started < 8, "the abandoned sequence went on running"
+
+
 def test_runner_sigkill_mid_stream_is_reported_and_a_fresh_runner_serves(narrow):
     before = runner_pids(narrow.proc.pid)
     assert len(before) == 1

@@ -1,9 +1,10 @@
-"""Stop long work that answers once when its client hangs up.
+"""Stop work that answers once when its client hangs up.
 
-A streamed answer notices a gone client at its next write; a request that answers once after
-minutes of work (a perplexity job) writes nothing until it is done, so nobody would stop it and the
-cores stay busy for an answer no one will read. `unless_hung_up` watches the connection meanwhile
-and cancels the work, which tells the runner to stop it.
+A streamed answer notices a gone client at its next write; a request that answers once (a
+non-streamed generation, a perplexity job) writes nothing until it is done, so nobody would stop it:
+the slot or the cores stay busy for an answer no one will read. `unless_hung_up` waits on the
+connection beside the work (the ASGI `http.disconnect` message) and cancels the work when it comes,
+which tells the runner to stop it.
 """
 
 from __future__ import annotations
@@ -18,19 +19,28 @@ from starlette.requests import Request
 from localrun.errors import Cancelled
 
 T = TypeVar("T")
-POLL_SECONDS = 0.25
 
 
 async def unless_hung_up(request: Request, work: Awaitable[T]) -> T:
-    """Await `work`; if the client disconnects first, cancel it and raise Cancelled (nobody reads that)."""
+    """Await `work`; if the client disconnects first, cancel it and raise Cancelled (nobody reads that).
+
+    The body has been read by then, so the next ASGI message can only be the disconnect.
+    """
     task = asyncio.ensure_future(work)
+    hangup = asyncio.ensure_future(_disconnect(request))
     try:
-        while not (await asyncio.wait({task}, timeout=POLL_SECONDS))[0]:
-            if await request.is_disconnected():
-                raise Cancelled("the client closed the connection")
+        await asyncio.wait({task, hangup}, return_when=asyncio.FIRST_COMPLETED)
+        if not task.done():
+            raise Cancelled("the client closed the connection")
         return task.result()
     finally:
-        if not task.done():
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await task
+        for pending in (hangup, task):
+            if not pending.done():
+                pending.cancel()
+                with contextlib.suppress(asyncio.CancelledError, Exception):
+                    await pending
+
+
+async def _disconnect(request: Request) -> None:
+    while (await request.receive())["type"] != "http.disconnect":
+        pass

@@ -16,6 +16,7 @@ from localrun.server.anthropic import translate as t
 from localrun.server.anthropic.protocol import CountTokensRequest, MessagesRequest
 from localrun.server.anthropic.stream import message_events
 from localrun.server.errors import error_body
+from localrun.server.hangup import unless_hung_up
 from localrun.server.streaming import event_stream, sse
 
 router = APIRouter(tags=["anthropic"])
@@ -32,7 +33,7 @@ async def messages(body: MessagesRequest, request: Request) -> Any:
     if body.stream:
         gen = await generation.start(manager, native)
         return event_stream(message_events(gen, body.model), _stream_error)
-    result = await generation.collect(manager, native)
+    result = await unless_hung_up(request, generation.collect(manager, native))
     return t.message(result.choices[0], body.model)
 
 

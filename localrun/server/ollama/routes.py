@@ -17,6 +17,7 @@ from localrun.durations import parse_duration
 from localrun.errors import InvalidRequest, LocalrunError
 from localrun.native import Delta, Done, GenerateRequest as NativeRequest
 from localrun.server import generation
+from localrun.server.hangup import unless_hung_up
 from localrun.server.manager import Loaded, ModelManager
 from localrun.server.ollama import translate as t
 from localrun.server.ollama.jsonbody import JSONBodyRoute
@@ -177,7 +178,7 @@ async def _answer(request: Request, body: Body, translate: Callable[[Any, int], 
     if body.stream:
         gen = await generation.start(manager, native)
         return ndjson_stream(_lines(gen, body.model, piece, final, started), _stream_error)
-    done = (await generation.collect(manager, native)).choices[0]
+    done = (await unless_hung_up(request, generation.collect(manager, native))).choices[0]
     return final(body.model, done, time.perf_counter_ns() - started, done.text)
 
 

@@ -10,6 +10,7 @@ from localrun.errors import InvalidRequest, LocalrunError
 from localrun.native import Delta, Done, TokenLogprob, Usage
 from localrun.server import generation
 from localrun.server.errors import error_body
+from localrun.server.hangup import unless_hung_up
 from localrun.server.openai import translate as t
 from localrun.server.openai.protocol import ChatCompletionRequest, CompletionRequest, EmbeddingRequest
 from localrun.server.streaming import HOLE, Template, event_stream, sse
@@ -44,7 +45,7 @@ async def chat_completions(body: ChatCompletionRequest, request: Request) -> Any
         gen = await generation.start(manager, native)
         include_usage = bool(body.stream_options and body.stream_options.include_usage)
         return event_stream(_chat_chunks(gen, body.model, include_usage), _stream_error)
-    result = await generation.collect(manager, native)
+    result = await unless_hung_up(request, generation.collect(manager, native))
     return {
         "id": t.new_id("chatcmpl"), "object": "chat.completion", "created": t.now(), "model": body.model,
         "choices": [_chat_choice(done, result.logprobs.get(done.index), body.logprobs) for done in result.choices],
@@ -115,7 +116,7 @@ async def completions(body: CompletionRequest, request: Request) -> Any:
     if echoed and body.max_tokens == 0:  # only the prompt's log-likelihood, as evaluation harnesses ask
         return _completion(body, [{"text": native.prompt, "index": 0, "finish_reason": "length",
                                    "logprobs": t.completion_logprobs(echoed)}], Usage(prompt_tokens=len(echoed)))
-    result = await generation.collect(manager, native)
+    result = await unless_hung_up(request, generation.collect(manager, native))
     prefix = native.prompt if body.echo else ""
     choices = [{
         "text": prefix + done.text, "index": done.index, "finish_reason": t.finish_reason(done),
