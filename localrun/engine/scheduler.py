@@ -55,8 +55,13 @@ class Plan:
         attends with other kernels than a chunk of rows: its cache entry, and every later token,
         would differ from the same prompt run alone. Apart, each chunk is evaluated as it is alone.
         """
-        decodes = [c for c in self.chunks if c.n == 1 and c.start >= c.seq.n_prompt]
-        prompts = [[c] for c in self.chunks if not (c.n == 1 and c.start >= c.seq.n_prompt)]
+        decodes: list[Chunk] = []
+        prompts: list[list[Chunk]] = []
+        for c in self.chunks:
+            if c.start >= c.seq.n_prompt:  # a generated token: always one
+                decodes.append(c)
+            else:
+                prompts.append([c])
         return ([decodes] if decodes else []) + prompts
 
 
@@ -186,7 +191,7 @@ class Scheduler:
     def _prefix_in_flight(self, seq: Sequence) -> bool:
         """Whether a running sequence is still evaluating a long prefix of this one's prompt."""
         return self.copy is not None and any(
-            other.prefilling and common_prefix(other.tokens[:other.n_prompt], seq.tokens) >= SHARE_MIN
+            other.prefilling and min(common_prefix(other.tokens, seq.tokens), other.n_prompt) >= SHARE_MIN
             for other in self.running)
 
     def _copy_best_prefix(self, slot: Slot, seq: Sequence, plan: Plan) -> None:
