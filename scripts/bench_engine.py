@@ -64,15 +64,9 @@ def llama_decode_rate(llm: L.Llama, prompt: list[int], n: int) -> float:
 
 def engine_prefill_ms(eng: Engine, prompt: list[int]) -> float:
     """From add() to the first token, for a prompt sharing nothing with any slot's cache."""
-    eng.add(Request("p", prompt, SamplingParams(max_tokens=1, **GREEDY)))
-    t0 = clock()
-    while eng.has_work:
-        for e in eng.step():
-            if isinstance(e, Token):
-                elapsed = clock() - t0
-            else:
-                assert e.timings.cached_tokens == 0
-    return elapsed * 1000
+    ms, cached = ttft_ms(eng, prompt)
+    assert cached == 0
+    return ms
 
 
 class RawPrefill:
@@ -131,6 +125,7 @@ def raw_batched_rate(model: Model, threads: int, prompts: list[list[int]], n: in
 
 
 def ttft_ms(eng: Engine, prompt: list[int]) -> tuple[float, int]:
+    """Milliseconds from add() to the first token, and the prompt tokens found in the cache."""
     eng.add(Request("t", prompt, SamplingParams(max_tokens=1, **GREEDY)))
     t0 = clock()
     while eng.has_work:

@@ -80,7 +80,7 @@ class Sampler:
         the constrained distribution.
         """
         token, logit = self._candidates.draw(self.ptr, ctx, index)
-        if not _allows(self.grammar, token, logit):
+        if not self._candidates.allows(self.grammar, token, logit):
             token, _ = self._candidates.draw(self.ptr, ctx, index, first=self.grammar)
         L.llama_sampler_accept(self.grammar, token)
         L.llama_sampler_accept(self.ptr, token)
@@ -96,13 +96,15 @@ class Sampler:
 class Candidates:
     """A reusable `llama_token_data_array` over the whole vocabulary, filled from a batch index's logits."""
 
-    __slots__ = ("data", "array", "ids")
+    __slots__ = ("data", "array", "ids", "one", "single")
 
     def __init__(self, n_vocab: int) -> None:
         self.ids = np.arange(n_vocab, dtype=np.int32)
         self.data = np.zeros(n_vocab, dtype=_TOKEN_DATA)
         pointer = ctypes.cast(self.data.ctypes.data, ctypes.POINTER(L.llama_token_data))
         self.array = L.llama_token_data_array(pointer, n_vocab, -1, False)
+        self.one = (L.llama_token_data * 1)()
+        self.single = L.llama_token_data_array(self.one, 1, -1, False)
 
     def draw(self, chain, ctx, index: int, first=None) -> tuple[int, float]:
         """Apply `first` (if any) and then the chain to fresh candidates; the selected token and its logit."""
@@ -115,16 +117,15 @@ class Candidates:
         chosen = self.data[self.array.selected]
         return int(chosen["id"]), float(chosen["logit"])
 
+    def allows(self, grammar, token: int, logit: float) -> bool:
+        """Whether the grammar accepts `token` next: it sets a refused candidate's logit to -inf."""
+        self.one[0].id, self.one[0].logit, self.one[0].p = token, logit, 0.0
+        self.single.size, self.single.selected, self.single.sorted = 1, -1, False
+        L.llama_sampler_apply(grammar, ctypes.byref(self.single))
+        return self.one[0].logit != float("-inf")
+
 
 _TOKEN_DATA = np.dtype([("id", np.int32), ("logit", np.float32), ("p", np.float32)])
-
-
-def _allows(grammar, token: int, logit: float) -> bool:
-    """Whether the grammar accepts `token` next: it sets a refused candidate's logit to -inf."""
-    one = (L.llama_token_data * 1)(L.llama_token_data(token, logit, 0.0))
-    single = L.llama_token_data_array(one, 1, -1, False)
-    L.llama_sampler_apply(grammar, ctypes.byref(single))
-    return one[0].logit != float("-inf")
 
 
 def _logit_bias(n_vocab: int, bias: dict[int, float]):

@@ -198,9 +198,9 @@ class Scheduler:
         """Copy the cache of the slot sharing the longest prefix with `seq` into `slot`, when that pays."""
         if self.copy is None:
             return
-        source = max(self.slots, key=lambda s: common_prefix(s.tokens, seq.tokens))
-        shared = common_prefix(source.tokens, seq.tokens)
-        if source is not slot and shared >= SHARE_MIN and shared > common_prefix(slot.tokens, seq.tokens):
+        shared = [common_prefix(s.tokens, seq.tokens) for s in self.slots]
+        source = self.slots[max(range(len(shared)), key=shared.__getitem__)]
+        if source is not slot and shared[source.id] >= SHARE_MIN and shared[source.id] > shared[slot.id]:
             self.copy(source.id, slot.id)
             plan.copies.append((source.id, slot.id))
             slot.tokens = list(source.tokens)
