@@ -11,6 +11,7 @@ import os
 from dataclasses import dataclass
 
 from localrun.errors import UsageError
+from localrun.sampling import MAX_DRAFT
 
 DEFAULT_PORT = 11435  # Ollama's 11434 + 1: both can run side by side.
 
@@ -42,6 +43,8 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("LOCALRUN_THREADS", "auto", "CPU threads for decoding; auto picks from the cores and measured load."),
     Setting("LOCALRUN_FLASH_ATTN", "auto", "Flash attention: on, off or auto."),
     Setting("LOCALRUN_KV_CACHE_TYPE", "f16", "KV cache type: f16, q8_0 or q4_0 (quantized types need flash attention)."),
+    Setting("LOCALRUN_SPECULATIVE", "off", "Speculative decoding by prompt lookup: off, on (16 tokens) or the most "
+                                           "tokens drafted per step; requests may choose their own."),
     Setting("LOCALRUN_GPU_LAYERS", "auto", "Layers to offload to the GPU when the build supports it (auto = all)."),
     Setting("LOCALRUN_DEBUG", "", "Set to 1 for tracebacks and debug logs."),
 )
@@ -86,6 +89,7 @@ class Config:
     threads: str
     flash_attn: str
     kv_cache_type: str
+    speculative: int
     gpu_layers: str
     debug: bool
 
@@ -110,6 +114,7 @@ class Config:
             threads=raw("LOCALRUN_THREADS"),
             flash_attn=raw("LOCALRUN_FLASH_ATTN"),
             kv_cache_type=check_kv_cache_type(raw("LOCALRUN_KV_CACHE_TYPE"), raw("LOCALRUN_FLASH_ATTN")),
+            speculative=parse_speculative(raw("LOCALRUN_SPECULATIVE")),
             gpu_layers=raw("LOCALRUN_GPU_LAYERS"),
             debug=raw("LOCALRUN_DEBUG") not in ("", "0", "false"),
         )
@@ -126,6 +131,20 @@ def check_kv_cache_type(kv_cache_type: str, flash_attn: str) -> str:
     if kv_cache_type != "f16" and flash_attn == "off":
         raise UsageError(f"a {kv_cache_type} KV cache needs flash attention: set LOCALRUN_FLASH_ATTN to auto or on")
     return kv_cache_type
+
+
+SPECULATIVE_ON = 16  # the draft length "on" means
+
+
+def parse_speculative(value: str) -> int:
+    """The most tokens drafted per step: "off" (0), "on" (SPECULATIVE_ON) or a number up to MAX_DRAFT."""
+    words = {"off": 0, "false": 0, "no": 0, "on": SPECULATIVE_ON, "true": SPECULATIVE_ON, "yes": SPECULATIVE_ON}
+    text = value.strip().lower()
+    if text in words:
+        return words[text]
+    if text.isdigit() and int(text) <= MAX_DRAFT:
+        return int(text)
+    raise UsageError(f"speculative decoding must be off, on or a draft length from 0 to {MAX_DRAFT}, got {value!r}")
 
 
 def _csv(value: str) -> tuple[str, ...]:
@@ -149,4 +168,5 @@ def env_help() -> str:
     return "\n".join(f"{s.env:<{width}}  {s.help}" + (f" [default: {s.default}]" if s.default else "") for s in SETTINGS)
 
 
-__all__ = ["Config", "SETTINGS", "Setting", "DEFAULT_PORT", "KV_CACHE_TYPES", "check_kv_cache_type", "env_help", "raw"]
+__all__ = ["Config", "SETTINGS", "Setting", "DEFAULT_PORT", "KV_CACHE_TYPES", "check_kv_cache_type", "env_help", "parse_speculative",
+           "raw"]

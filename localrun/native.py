@@ -59,6 +59,8 @@ class Timings:
     generated_tokens: int = 0
     generation_ms: float = 0.0
     load_ms: float = 0.0
+    draft_tokens: int = 0  # speculative decoding: tokens drafted, and those confirmed and used
+    draft_accepted: int = 0
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Timings:
@@ -78,6 +80,8 @@ class Timings:
             "predicted_per_second": rate(self.generated_tokens, self.generation_ms),
             "cache_n": self.cached_tokens,
             "load_ms": self.load_ms,
+            "draft_n": self.draft_tokens,
+            "draft_n_accepted": self.draft_accepted,
         }
 
 

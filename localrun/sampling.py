@@ -11,6 +11,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 MAX_TOP_LOGPROBS = 20
+MAX_DRAFT = 64  # the longest speculative draft a request or the server may ask for
 
 
 @dataclass(slots=True)
@@ -31,6 +32,10 @@ class SamplingParams:
     stop: list[str] = field(default_factory=list)
     logprobs: int | None = None  # None = off; N = chosen token plus N alternatives (<= 20)
     ignore_eos: bool = False
+    # Not a selection knob but carried with them: the most tokens drafted per step by prompt lookup
+    # for speculative decoding (0 = off, None = the server's default). Meant to change speed, not
+    # tokens: see the README's Exactness for when llama.cpp makes that hold bit for bit.
+    speculative: int | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -46,4 +51,4 @@ class SamplingParams:
         return self.temperature <= 0
 
 
-__all__ = ["SamplingParams", "MAX_TOP_LOGPROBS"]
+__all__ = ["SamplingParams", "MAX_DRAFT", "MAX_TOP_LOGPROBS"]

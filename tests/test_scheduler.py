@@ -242,3 +242,68 @@ def test_short_prompts_are_neither_held_back_nor_copied():
     a, b = seq("a", short), seq("b", short)
     s.add(a), s.add(b)
     assert layout(run_step(s)) == [("a", 0, 10, 1), ("b", 0, 10, 1)]
+
+
+# -- speculative decoding ---------------------------------------------------------------------------
+
+def drafting(name: str, prompt: list[int], max_tokens: int | None = None, n_max: int = 8) -> Sequence:
+    from localrun.engine.drafts import Drafter
+
+    s = seq(name, prompt, max_tokens)
+    s.drafter = Drafter(n_max)
+    s.drafter.length = n_max
+    return s
+
+
+COPY = [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 1, 2]  # after sampling 3, "1 2 3" continues with 4 5 6...
+
+
+def test_a_drafting_sequence_decodes_its_token_and_the_draft_in_one_chunk():
+    s = Scheduler(n_slots=2, batch_size=64)
+    a = drafting("a", COPY)
+    s.add(a)
+    run_step(s, sample=3)  # prefill; the first sampled token completes the n-gram "1 2 3"
+    plan = s.schedule()
+    (chunk,) = plan.chunks
+    assert (chunk.start, chunk.n, chunk.n_logits, chunk.draft) == (14, 9, 9, [4, 5, 6, 7, 8, 9, 10, 11])
+    s.commit(plan.chunks)
+    assert s.slots[a.slot].tokens == COPY + [3, 4, 5, 6, 7, 8, 9, 10, 11]
+    a.tokens += [4, 5, 99]  # the model confirmed 4 and 5, then sampled 99 instead of 6
+    s.settle(chunk, 2)
+    assert a.n_evaluated == 17 and a.pending == 1
+    assert s.slots[a.slot].tokens == COPY + [3, 4, 5]
+
+
+def test_drafts_leave_room_for_every_other_decode_token_and_stop_at_max_tokens_and_the_context():
+    s = Scheduler(n_slots=3, batch_size=64, ctx_size=40)
+    a, b = drafting("a", COPY), seq("b", [50, 51])
+    s.add(a)
+    s.add(b)
+    run_step(s, sample=3)
+    s.batch_size = 8
+    plan = s.schedule()
+    assert [(c.seq.id, c.n, len(c.draft)) for c in plan.chunks] == [("a", 7, 6), ("b", 1, 0)]
+
+    short = drafting("short", COPY, max_tokens=4)
+    s = Scheduler(n_slots=1, batch_size=64)
+    s.add(short)
+    run_step(s, sample=3)
+    assert s.schedule().chunks[0].draft == [4, 5]  # 3 more tokens: two drafted, one sampled after them
+    near_end = drafting("end", COPY)
+    s = Scheduler(n_slots=1, batch_size=64, ctx_size=len(COPY) + 4)
+    s.add(near_end)
+    run_step(s, sample=3)
+    assert s.schedule().chunks[0].draft == [4, 5, 6]  # positions up to ctx_size - 1
+
+
+def test_drafts_of_one_length_share_a_decode_call_apart_from_plain_decode_tokens():
+    s = Scheduler(n_slots=4, batch_size=64)
+    a, b, c = drafting("a", COPY), drafting("b", COPY), seq("c", [70, 71])
+    for x in (a, b, c):
+        s.add(x)
+    run_step(s, sample=3)
+    late = seq("late", [80, 81, 82])
+    s.add(late)
+    batches = s.schedule().batches()
+    assert [[(ch.seq.id, ch.n) for ch in batch] for batch in batches] == [
+        [("c", 1)], [("a", 9), ("b", 9)], [("late", 3)]]

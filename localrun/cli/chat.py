@@ -22,7 +22,7 @@ from localrun.errors import LocalrunError
 
 HELP = """Available commands:
   /set parameter NAME VALUE  Set a sampling parameter (temperature, top_p, top_k, min_p, seed,
-                             max_tokens, num_ctx, repeat_penalty, stop)
+                             max_tokens, num_ctx, repeat_penalty, stop, speculative)
   /set system TEXT           Set the system message
   /set format json           Answer in JSON (/set noformat to undo)
   /set verbose | quiet       Show or hide timing stats after each answer

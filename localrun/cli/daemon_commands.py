@@ -38,19 +38,23 @@ def serve(
                                                   "(overrides LOCALRUN_GPU_LAYERS)."),
     kv_cache_type: Optional[str] = typer.Option(None, "--kv-cache-type",
                                                 help="KV cache type: f16, q8_0 or q4_0 (overrides LOCALRUN_KV_CACHE_TYPE)."),
+    speculative: Optional[str] = typer.Option(None, "--speculative",
+                                              help="Speculative decoding: off, on or a draft length "
+                                                   "(overrides LOCALRUN_SPECULATIVE)."),
 ) -> None:
     """Run the daemon in the foreground (logs to stderr; Ctrl-C or SIGTERM stops it gracefully)."""
     import signal
     from dataclasses import replace
 
     from localrun.cli import daemon
-    from localrun.config import Config, check_kv_cache_type
+    from localrun.config import Config, check_kv_cache_type, parse_speculative
     from localrun.errors import DaemonUnavailable, UsageError
 
     if gpu_layers not in (None, "auto") and not gpu_layers.lstrip("-").isdigit():
         raise UsageError(f"--gpu-layers must be a number of layers or auto, got {gpu_layers!r}")
     if kv_cache_type is not None:
         check_kv_cache_type(kv_cache_type, Config.from_env().flash_attn)
+    drafts = parse_speculative(speculative) if speculative is not None else None
     address = target(host)
     address = replace(address, port=port) if port is not None else address
     bind = address.host or "127.0.0.1"
@@ -66,7 +70,8 @@ def serve(
     try:
         config = Config.from_env()
         config = replace(config, gpu_layers=gpu_layers or config.gpu_layers,
-                         kv_cache_type=kv_cache_type or config.kv_cache_type)
+                         kv_cache_type=kv_cache_type or config.kv_cache_type,
+                         speculative=config.speculative if drafts is None else drafts)
         run_server(config, bind, address.port, insecure=insecure)
     finally:
         daemon.remove_pid_file(address.port)

@@ -19,11 +19,12 @@ def run(
     json_out: bool = typer.Option(False, "--json", help="Print the full response object as JSON."),
     system: Optional[str] = g.SYSTEM, temperature: Optional[float] = g.TEMPERATURE, top_p: Optional[float] = g.TOP_P,
     seed: Optional[int] = g.SEED, max_tokens: Optional[int] = g.MAX_TOKENS, ctx_size: Optional[int] = g.CTX_SIZE,
-    format: Optional[str] = g.FORMAT, keep_alive: Optional[str] = g.KEEP_ALIVE, verbose: bool = g.VERBOSE,
+    format: Optional[str] = g.FORMAT, keep_alive: Optional[str] = g.KEEP_ALIVE,
+    speculative: Optional[int] = g.SPECULATIVE, verbose: bool = g.VERBOSE,
     host: Optional[str] = g.HOST,
 ) -> None:
     """Answer a prompt and exit, or chat when run on a terminal with no prompt (as `ollama run`)."""
-    options = g.options_from_flags(temperature, top_p, seed, max_tokens, ctx_size, format, keep_alive)
+    options = g.options_from_flags(temperature, top_p, seed, max_tokens, ctx_size, format, keep_alive, speculative)
     text = " ".join(prompt or [])
     interactive = not text and sys.stdin.isatty() and sys.stdout.isatty()
     if not sys.stdin.isatty():
@@ -68,11 +69,12 @@ def chat(
     no_markdown: bool = typer.Option(False, "--no-markdown", help="Print answers raw instead of rendered Markdown."),
     system: Optional[str] = g.SYSTEM, temperature: Optional[float] = g.TEMPERATURE, top_p: Optional[float] = g.TOP_P,
     seed: Optional[int] = g.SEED, max_tokens: Optional[int] = g.MAX_TOKENS, ctx_size: Optional[int] = g.CTX_SIZE,
-    format: Optional[str] = g.FORMAT, keep_alive: Optional[str] = g.KEEP_ALIVE, verbose: bool = g.VERBOSE,
+    format: Optional[str] = g.FORMAT, keep_alive: Optional[str] = g.KEEP_ALIVE,
+    speculative: Optional[int] = g.SPECULATIVE, verbose: bool = g.VERBOSE,
     host: Optional[str] = g.HOST,
 ) -> None:
     """Chat interactively: streamed answers, slash commands (/? for help), history across sessions."""
-    options = g.options_from_flags(temperature, top_p, seed, max_tokens, ctx_size, format, keep_alive)
+    options = g.options_from_flags(temperature, top_p, seed, max_tokens, ctx_size, format, keep_alive, speculative)
     client, model = g.connect(model, host)
     with client:
         markdown = not no_markdown and sys.stdout.isatty()
@@ -96,13 +98,14 @@ def batch(
     concurrency: int = typer.Option(8, "--concurrency", "-c", help="Requests in flight at once."),
     system: Optional[str] = g.SYSTEM, temperature: Optional[float] = g.TEMPERATURE, top_p: Optional[float] = g.TOP_P,
     seed: Optional[int] = g.SEED, max_tokens: Optional[int] = g.MAX_TOKENS, ctx_size: Optional[int] = g.CTX_SIZE,
-    format: Optional[str] = g.FORMAT, keep_alive: Optional[str] = g.KEEP_ALIVE, host: Optional[str] = g.HOST,
+    format: Optional[str] = g.FORMAT, keep_alive: Optional[str] = g.KEEP_ALIVE,
+    speculative: Optional[int] = g.SPECULATIVE, host: Optional[str] = g.HOST,
 ) -> None:
     """Answer every line of a JSONL file, in input order; failed lines carry an "error"."""
     from localrun.cli.batch import batch as run_batch
     from localrun.errors import LocalrunError
 
-    options = g.options_from_flags(temperature, top_p, seed, max_tokens, ctx_size, format, keep_alive)
+    options = g.options_from_flags(temperature, top_p, seed, max_tokens, ctx_size, format, keep_alive, speculative)
     client, model = g.connect(model, host)
     with client, g.reader_may_leave():
         tally = run_batch(client, model, input, output, options, system, concurrency)

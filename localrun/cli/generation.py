@@ -28,20 +28,22 @@ MAX_TOKENS = typer.Option(None, "--max-tokens", help="Most tokens to generate.")
 CTX_SIZE = typer.Option(None, "--ctx-size", help="Context length for this model, in tokens.")
 FORMAT = typer.Option(None, "--format", help="Output format: json.")
 KEEP_ALIVE = typer.Option(None, "--keep-alive", help="How long the model stays loaded: 5m, 3600, -1 (forever), 0.")
+SPECULATIVE = typer.Option(None, "--speculative",
+                           help="Speculative decoding: most tokens drafted per step (0 = off; default: the server's).")
 VERBOSE = typer.Option(False, "--verbose", help="Print timing stats on stderr after each answer.")
 HOST = typer.Option(None, "--host", help="Daemon or any OpenAI-compatible server (URL); default LOCALRUN_HOST.")
 
 
 def options_from_flags(temperature: Optional[float], top_p: Optional[float], seed: Optional[int],
                        max_tokens: Optional[int], ctx_size: Optional[int], format: Optional[str],
-                       keep_alive: Optional[str]) -> GenerateOptions:
+                       keep_alive: Optional[str], speculative: Optional[int]) -> GenerateOptions:
     from localrun.client import GenerateOptions
     from localrun.errors import UsageError
 
     if format not in (None, "json"):
         raise UsageError(f"--format must be json, got {format!r}")
     return GenerateOptions(temperature=temperature, top_p=top_p, seed=seed, max_tokens=max_tokens,
-                           num_ctx=ctx_size, format=format, keep_alive=keep_alive)
+                           num_ctx=ctx_size, format=format, keep_alive=keep_alive, speculative=speculative)
 
 
 def connect(model: str, host: Optional[str]) -> tuple[Client, str]:
@@ -169,6 +171,9 @@ def format_stats(completion: Completion, total_s: float) -> str:
                  ("eval rate", f"{t.predicted_per_second:.2f} tokens/s")]
     if u and u.cached_tokens:
         rows.append(("prompt cache hit", f"{u.cached_tokens} token(s)"))
+    if t and t.draft_n:
+        rows.append(("draft acceptance", f"{t.draft_n_accepted}/{t.draft_n} token(s) "
+                                         f"({t.draft_n_accepted / t.draft_n:.0%})"))
     return "\n".join(f"{name + ':':<22}{value}" for name, value in rows)
 
 

@@ -26,6 +26,7 @@ class GenerateOptions:
     stop: list[str] | None = None
     format: str | None = None  # "json" = JSON-object output
     keep_alive: str | None = None
+    speculative: int | None = None  # most tokens drafted per step; 0 = off
 
     def to_body(self) -> dict[str, Any]:
         body = {k: v for k, v in asdict(self).items() if v is not None and k not in ("format", "keep_alive")}
@@ -102,6 +103,8 @@ class Timings:
     predicted_per_second: float = 0.0
     cache_n: int = 0
     load_ms: float = 0.0
+    draft_n: int = 0
+    draft_n_accepted: int = 0
 
     @classmethod
     def from_json(cls, data: dict[str, Any] | None) -> Timings | None:

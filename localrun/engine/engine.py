@@ -17,16 +17,18 @@ import llama_cpp as L
 from localrun.engine import chat_template
 from localrun.engine.backend import Batch, Model, new_context
 from localrun.engine.detokenizer import Detokenizer
+from localrun.engine.drafts import Drafter
 from localrun.engine.embed import Embedder
 from localrun.engine.events import Event, Finished, Timings, Token
 from localrun.engine.sampler import Sampler, log_softmax, top_logprobs
 from localrun.engine.scheduler import Chunk, Scheduler
 from localrun.engine.scoring import Scorer
-from localrun.engine.sequence import Request, Sequence
+from localrun.engine.sequence import Request, Sequence, Status
 from localrun.engine.settings import FLASH_ATTN, KV_CACHE_TYPES, EngineSettings, physical_cores, resolve_flash_attn
 from localrun.engine.stops import StopMatcher
 from localrun.engine.threads import ThreadTuner
 from localrun.errors import ContextOverflow, InvalidRequest, LocalrunError, UsageError
+from localrun.sampling import MAX_DRAFT
 
 
 @dataclass(slots=True)
@@ -63,7 +65,9 @@ class Engine:
             raise
         self.memory = L.llama_get_memory(self.ctx)
         self.batch = Batch(settings.batch_size)
-        self.scheduler = Scheduler(settings.parallel, settings.batch_size, self._trim_slot, self._copy_slot)
+        self.scheduler = Scheduler(settings.parallel, settings.batch_size, self._trim_slot, self._copy_slot,
+                                   settings.ctx_size)
+        self.can_draft = _can_drop_tail(self.model)
         self._embedder: Embedder | None = None
         self._scorer: Scorer | None = None
         self._eog: list[int] | None = None
@@ -82,7 +86,9 @@ class Engine:
         sampler = Sampler(self.model.vocab, self.model.n_vocab, p, p.seed if p.seed is not None else self.settings.seed, banned)
         state = _State(request, sampler, Detokenizer(self.model.piece), StopMatcher(p.stop))
         state.load_ms, self._unbilled_load_ms = self._unbilled_load_ms, 0.0
-        self.scheduler.add(Sequence(request.id, list(prompt), len(prompt), p.max_tokens, state=state))
+        n_draft = self.settings.speculative if p.speculative is None else p.speculative
+        drafter = Drafter(n_draft) if n_draft and self.can_draft else None
+        self.scheduler.add(Sequence(request.id, list(prompt), len(prompt), p.max_tokens, state=state, drafter=drafter))
 
     def cancel(self, request_id: str) -> None:
         """Stop a request at the next step (a Finished event with reason "cancelled" follows)."""
@@ -105,7 +111,9 @@ class Engine:
         for chunks in self.scheduler.schedule().batches():
             indices = self._evaluate(chunks)
             for chunk, index in zip(chunks, indices):
-                if chunk.n_logits:
+                if chunk.draft:
+                    events.extend(self._verify(chunk, index))
+                elif chunk.n_logits:
                     events.extend(self._next_token(chunk.seq, index))
         return events
 
@@ -133,8 +141,10 @@ class Engine:
             if c.start == seq.n_cached and seq.prefilling:
                 seq.state.t_prompt = now
             last = c.start + c.n - 1
-            for pos in range(c.start, c.start + c.n):
+            for pos in range(c.start, c.start + c.n - len(c.draft)):
                 index = batch.add(tokens[pos], pos, seq.slot, pos > last - c.n_logits)
+            for pos, token in enumerate(c.draft, c.start + 1):
+                index = batch.add(token, pos, seq.slot, True)
             indices.append(index)
         self._decode(chunks)
         return indices
@@ -179,6 +189,27 @@ class Engine:
             events.append(self._finish(seq, reason))
         return events
 
+    def _verify(self, chunk: Chunk, index: int) -> list[Event]:
+        """Sample along a drafted chunk while the model agrees with the draft.
+
+        Row j's logits are the model's distribution after the next token and draft[:j], exactly as
+        if those tokens had been decoded one by one, so sampling there in order (the sampler chain,
+        its seed and any grammar advancing token by token) gives the tokens plain decoding gives.
+        The first sampled token that differs from the draft ends the chunk; the draft tokens after
+        it leave the cache.
+        """
+        seq, draft = chunk.seq, chunk.draft
+        first = index - len(draft)
+        events: list[Event] = []
+        for j in range(len(draft) + 1):
+            if j:
+                seq.drafter.accepted += 1  # draft[j - 1] was confirmed and its row is used
+            events.extend(self._next_token(seq, first + j))
+            if j == len(draft) or seq.status is Status.FINISHED or seq.tokens[-1] != draft[j]:
+                break
+        self.scheduler.settle(chunk, j)
+        return events
+
     def _length_reached(self, seq: Sequence) -> str | None:
         if seq.max_tokens is not None and seq.n_generated >= seq.max_tokens:
             return "length"
@@ -200,7 +231,8 @@ class Engine:
             prompt_tokens=seq.n_prompt, cached_tokens=seq.n_cached,
             prompt_ms=(first - st.t_prompt) * 1000 if st.t_prompt else 0.0,
             generated_tokens=seq.n_generated, generation_ms=(now - first) * 1000 if st.t_first else 0.0,
-            load_ms=st.load_ms)
+            load_ms=st.load_ms, draft_tokens=seq.drafter.proposed if seq.drafter else 0,
+            draft_accepted=seq.drafter.accepted if seq.drafter else 0)
         return Finished(seq.id, reason, timings, st.stops.matched if reason == "stop" else None)
 
     def _reap_cancelled(self) -> list[Event]:
@@ -317,6 +349,7 @@ class Engine:
             "flash_attn": self.flash_attn,
             "kv_cache_type": s.kv_cache_type,
             "kv_unified": s.kv_unified,
+            "speculative": s.speculative if self.can_draft else 0,
             "load_ms": self.load_ms,
         }
 
@@ -350,6 +383,15 @@ def _validate(s: EngineSettings) -> None:
         raise UsageError(f"kv_cache_type must be one of {', '.join(KV_CACHE_TYPES)}, got {s.kv_cache_type!r}")
     if s.threads is not None and s.threads < 1:
         raise UsageError(f"threads must be at least 1, got {s.threads}")
+    if not 0 <= s.speculative <= MAX_DRAFT:
+        raise UsageError(f"speculative must be a draft length from 0 (off) to {MAX_DRAFT}, got {s.speculative}")
+
+
+def _can_drop_tail(model: Model) -> bool:
+    """Whether a refused draft can leave the cache: not in recurrent state, and not in a sliding
+    window cache, which may already have let go of the cells the draft pushed out of its window."""
+    ptr = model.ptr
+    return not (L.llama_model_is_recurrent(ptr) or L.llama_model_is_hybrid(ptr) or L.llama_model_n_swa(ptr) > 0)
 
 
 __all__ = ["Engine"]

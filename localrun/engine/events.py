@@ -18,6 +18,8 @@ class Timings:
     generated_tokens: int = 0
     generation_ms: float = 0.0
     load_ms: float = 0.0  # model load time, charged to the first request after loading
+    draft_tokens: int = 0  # speculative decoding: tokens drafted for this request
+    draft_accepted: int = 0  # of those, the ones the model confirmed and that were used
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

@@ -30,12 +30,17 @@ class Slot:
 
 @dataclass(slots=True)
 class Chunk:
-    """`seq.tokens[start:start + n]` at positions start.., with logits for the last `n_logits`."""
+    """`seq.tokens[start:start + n]` at positions start.., with logits for the last `n_logits`.
+
+    A chunk with a `draft` is the sequence's next token followed by the drafted tokens
+    (n = 1 + len(draft)), all with logits, for speculative decoding.
+    """
 
     seq: Sequence
     start: int
     n: int
     n_logits: int
+    draft: list[int] | tuple[()] = ()
 
 
 @dataclass(slots=True)
@@ -47,7 +52,8 @@ class Plan:
     copies: list[tuple[int, int]] = field(default_factory=list)  # (source slot, destination slot)
 
     def batches(self) -> list[list[Chunk]]:
-        """The step as `llama_decode` calls: every decode token together, then each prompt chunk alone.
+        """The step as `llama_decode` calls: every decode token together, drafts of one length
+        together, then each prompt chunk alone.
 
         With a KV stream per slot llama.cpp splits a batch into micro-batches holding equally many
         tokens of each sequence, so a prompt chunk sharing a batch with decode tokens (or with a
@@ -56,13 +62,16 @@ class Plan:
         would differ from the same prompt run alone. Apart, each chunk is evaluated as it is alone.
         """
         decodes: list[Chunk] = []
+        drafts: dict[int, list[Chunk]] = {}
         prompts: list[list[Chunk]] = []
         for c in self.chunks:
-            if c.start >= c.seq.n_prompt:  # a generated token: always one
+            if c.draft:
+                drafts.setdefault(c.n, []).append(c)
+            elif c.start >= c.seq.n_prompt:  # a generated token: always one
                 decodes.append(c)
             else:
                 prompts.append([c])
-        return ([decodes] if decodes else []) + prompts
+        return ([decodes] if decodes else []) + list(drafts.values()) + prompts
 
 
 # llama.cpp's CPU kernels round a prompt chunk of one token differently from a chunk of several, so
@@ -107,9 +116,10 @@ class Scheduler:
     """
 
     def __init__(self, n_slots: int, batch_size: int, trim: Callable[[int, int], int] = keep_all,
-                 copy: Callable[[int, int], None] | None = None) -> None:
+                 copy: Callable[[int, int], None] | None = None, ctx_size: int = 1 << 30) -> None:
         self.slots = [Slot(i) for i in range(n_slots)]
         self.batch_size = batch_size
+        self.ctx_size = ctx_size
         self.trim = trim
         self.copy = copy
         self.waiting: deque[Sequence] = deque()
@@ -136,10 +146,11 @@ class Scheduler:
         # Decode tokens first, prefill after: running streams never stall. Decode tokens go in slot
         # order: llama.cpp reuses the previous step's compute graph only when the batch visits the KV
         # streams in the same order, and rebuilding it every step cost 20% at 8 sequences.
-        for seq in sorted(self.running, key=lambda s: s.slot):
-            if not seq.prefilling and seq.pending and budget:
-                plan.chunks.append(Chunk(seq, seq.n_evaluated, 1, 1))
-                budget -= 1
+        decoding = [s for s in sorted(self.running, key=lambda s: s.slot) if not s.prefilling and s.pending]
+        for i, seq in enumerate(decoding[:budget]):
+            draft = self._draft(seq, budget - (len(decoding) - i)) if seq.drafter else ()
+            plan.chunks.append(Chunk(seq, seq.n_evaluated, 1 + len(draft), 1 + len(draft), draft))
+            budget -= 1 + len(draft)
         for seq in self.running:
             n = self._prefill_size(seq, budget) if seq.prefilling else 0
             if n:
@@ -147,6 +158,14 @@ class Scheduler:
                 plan.chunks.append(Chunk(seq, seq.n_evaluated, n, 1 if done else 0))
                 budget -= n
         return plan
+
+    def _draft(self, seq: Sequence, room: int) -> list[int]:
+        """Draft tokens for a decoding sequence: within the batch room left after the other decode
+        tokens, within the context, and no more than the tokens it may still generate."""
+        room = min(room, self.ctx_size - len(seq.tokens))
+        if seq.max_tokens is not None:
+            room = min(room, seq.max_tokens - seq.n_generated - 1)
+        return seq.drafter.propose(seq.tokens, room) if room >= 1 else []
 
     def _prefill_size(self, seq: Sequence, budget: int) -> int:
         """Exactness first (no lone prompt token), progress always: an otherwise empty batch takes what fits."""
@@ -159,7 +178,20 @@ class Scheduler:
             c.seq.n_evaluated = c.start + c.n
             slot = self.slots[c.seq.slot]
             del slot.tokens[c.start:]
-            slot.tokens.extend(c.seq.tokens[c.start:c.start + c.n])
+            slot.tokens.extend(c.seq.tokens[c.start:c.start + c.n - len(c.draft)])
+            slot.tokens.extend(c.draft)
+
+    def settle(self, chunk: Chunk, accepted: int) -> None:
+        """The model confirmed the first `accepted` tokens of a chunk's draft: the rest leave the
+        slot's cache (the sequence's next token, sampled after them, is pending as usual)."""
+        seq, keep = chunk.seq, chunk.start + 1 + accepted
+        seq.drafter.adapt(len(chunk.draft), accepted)
+        if keep < chunk.start + chunk.n:
+            kept = self.trim(seq.slot, keep)
+            if kept != keep:
+                raise RuntimeError(f"slot {seq.slot} could not drop a refused draft")
+            del self.slots[seq.slot].tokens[keep:]
+        seq.n_evaluated = keep
 
     def finish(self, seq: Sequence) -> None:
         """Take a sequence out (finished or cancelled); its slot keeps the cache for prefix reuse."""

@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 from enum import Enum, auto
 from typing import Any
 
+from localrun.engine.drafts import Drafter
 from localrun.sampling import SamplingParams
 
 
@@ -39,6 +40,7 @@ class Sequence:
     n_cached: int = 0  # prompt tokens found in the slot's cache at admission
     n_evaluated: int = 0
     cancelled: bool = False
+    drafter: Drafter | None = None  # set when the request decodes speculatively
     # Per-request helpers the engine attaches (sampler chain, detokenizer, stop matcher, clocks).
     state: Any = None
 

@@ -31,6 +31,7 @@ class EngineSettings:
     seed: int | None = None  # default seed for requests without one; None = random per request
     embed_ctx_size: int = 2048  # context of the lazily created embeddings context
     kv_unified: bool = False  # one KV buffer shared by all slots (see above)
+    speculative: int = 0  # draft length for requests that do not choose one; 0 = no speculative decoding
 
 
 def resolve_flash_attn(setting: str, kv_cache_type: str, gpu_offload: bool) -> str:

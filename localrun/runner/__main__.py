@@ -27,6 +27,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--threads", type=int, default=None, help="omit for the engine's automatic choice")
     p.add_argument("--flash-attn", default="auto")
     p.add_argument("--kv-cache-type", default="f16")
+    p.add_argument("--speculative", type=int, default=0, help="draft length for requests that choose none; 0 = off")
     p.add_argument("--gpu-layers", type=int, default=None, help="omit to offload all layers when the build can")
     return p
 
@@ -79,6 +80,7 @@ def _load(args: argparse.Namespace, channel):
     settings = EngineSettings(
         parallel=args.parallel, ctx_size=args.ctx_size, batch_size=args.batch_size, threads=args.threads,
         flash_attn=args.flash_attn, kv_cache_type=args.kv_cache_type, gpu_layers=args.gpu_layers,
+        speculative=args.speculative,
     )
     try:
         return Engine(args.model, settings)

@@ -66,6 +66,8 @@ class Metrics:
     tokens_out: dict[Labels, int] = field(default_factory=dict)
     ttft: dict[Labels, Histogram] = field(default_factory=dict)
     tps: dict[Labels, Histogram] = field(default_factory=dict)
+    drafted: dict[Labels, int] = field(default_factory=dict)
+    draft_accepted: dict[Labels, int] = field(default_factory=dict)
 
     def count_request(self, route: str, method: str, status: int) -> None:
         key = (("route", route), ("method", method), ("status", str(status)))
@@ -75,6 +77,11 @@ class Metrics:
         key = (("model", model),)
         self.tokens_in[key] = self.tokens_in.get(key, 0) + prompt
         self.tokens_out[key] = self.tokens_out.get(key, 0) + generated
+
+    def add_drafts(self, model: str, drafted: int, accepted: int) -> None:
+        key = (("model", model),)
+        self.drafted[key] = self.drafted.get(key, 0) + drafted
+        self.draft_accepted[key] = self.draft_accepted.get(key, 0) + accepted
 
     def observe_ttft(self, model: str, seconds: float) -> None:
         self.ttft.setdefault((("model", model),), Histogram(TTFT_BUCKETS)).observe(seconds)
@@ -90,6 +97,12 @@ class Metrics:
                        (f"localrun_prompt_tokens_total{_labels(k)} {v}" for k, v in sorted(self.tokens_in.items())))
         out += _family("localrun_generated_tokens_total", "counter", "Tokens generated.",
                        (f"localrun_generated_tokens_total{_labels(k)} {v}" for k, v in sorted(self.tokens_out.items())))
+        out += _family("localrun_draft_tokens_total", "counter", "Tokens drafted by speculative decoding.",
+                       (f"localrun_draft_tokens_total{_labels(k)} {v}" for k, v in sorted(self.drafted.items())))
+        out += _family("localrun_draft_accepted_tokens_total", "counter",
+                       "Drafted tokens the model confirmed (the acceptance rate is this over the drafted total).",
+                       (f"localrun_draft_accepted_tokens_total{_labels(k)} {v}"
+                        for k, v in sorted(self.draft_accepted.items())))
         out += _family("localrun_time_to_first_token_seconds", "histogram",
                        "From the request to its first token (load and queueing included).",
                        (line for k, h in sorted(self.ttft.items()) for line in h.lines("localrun_time_to_first_token_seconds", k)))
@@ -117,6 +130,8 @@ class Observer:
         if isinstance(event, Done):
             t = event.timings
             self.metrics.add_tokens(self.model, generated=t.generated_tokens)
+            if t.draft_tokens:
+                self.metrics.add_drafts(self.model, t.draft_tokens, t.draft_accepted)
             if t.generated_tokens > 1 and t.generation_ms > 0:
                 self.metrics.observe_tps(self.model, t.generated_tokens / t.generation_ms * 1000.0)
 

@@ -43,12 +43,14 @@ class RunnerOptions:
     threads: int | None = None
     flash_attn: str = "auto"
     kv_cache_type: str = "f16"
+    speculative: int = 0
     gpu_layers: int | None = None
 
     def argv(self) -> list[str]:
         args = [
             "--parallel", str(self.parallel), "--ctx-size", str(self.ctx_size), "--batch-size", str(self.batch_size),
             "--flash-attn", self.flash_attn, "--kv-cache-type", self.kv_cache_type,
+            "--speculative", str(self.speculative),
         ]
         if self.threads is not None:
             args += ["--threads", str(self.threads)]

@@ -22,7 +22,7 @@ _NATIVE_CHOICE = {"auto": "auto", "any": "required", "none": "none"}
 
 def generate_request(body: MessagesRequest) -> GenerateRequest:
     params = SamplingParams(max_tokens=body.max_tokens, stop=list(body.stop_sequences or []))
-    for name in ("temperature", "top_p", "top_k"):
+    for name in ("temperature", "top_p", "top_k", "speculative"):
         if (value := getattr(body, name)) is not None:
             setattr(params, name, value)
     return GenerateRequest(model=body.model, messages=conversation(body), tools=tools(body.tools),

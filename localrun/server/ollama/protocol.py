@@ -12,6 +12,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from localrun.sampling import MAX_DRAFT
+
 
 class _Lenient(BaseModel):
     model_config = ConfigDict(extra="allow")
@@ -33,6 +35,7 @@ class Options(_Lenient):
     repeat_last_n: int | None = Field(None, ge=-1, description="-1 = the whole context")
     presence_penalty: float | None = None
     frequency_penalty: float | None = None
+    speculative: int | None = Field(None, ge=0, le=MAX_DRAFT, description="localrun: most tokens drafted per step; 0 = off")
 
 
 class _Generation(_Lenient):

@@ -40,6 +40,7 @@ def sampling(options: Options | None, default_ctx: int) -> SamplingParams:
     params.seed = o.seed if o.seed is not None and o.seed >= 0 else None  # Ollama: -1 = random
     params.max_tokens = o.num_predict if o.num_predict is not None and o.num_predict >= 0 else None
     params.stop = list(o.stop or [])
+    params.speculative = o.speculative
     return params
 
 

@@ -7,6 +7,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from localrun.sampling import MAX_DRAFT
+
 
 class _Lenient(BaseModel):
     model_config = ConfigDict(extra="allow")
@@ -38,6 +40,7 @@ class SamplingFields(_Lenient):
     ignore_eos: bool = False
     num_ctx: int | None = Field(None, ge=16, description="localrun: context length per slot for this model")
     keep_alive: str | float | None = Field(None, description="localrun: how long the model stays loaded")
+    speculative: int | None = Field(None, ge=0, le=MAX_DRAFT, description="localrun: most tokens drafted per step; 0 = off")
 
 
 class ResponseFormat(_Lenient):

@@ -17,7 +17,7 @@ def sampling(body: SamplingFields, max_tokens: int | None, logprobs: int | None)
     """Request value, then llama.cpp's default (SamplingParams' own) for everything not given."""
     params = SamplingParams(max_tokens=max_tokens, logprobs=logprobs, seed=body.seed, ignore_eos=body.ignore_eos)
     for name in ("temperature", "top_p", "top_k", "min_p", "typical_p", "repeat_penalty",
-                 "presence_penalty", "frequency_penalty"):
+                 "presence_penalty", "frequency_penalty", "speculative"):
         value = getattr(body, name)
         if value is not None:
             setattr(params, name, value)

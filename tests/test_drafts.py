@@ -1,0 +1,60 @@
+"""Prompt-lookup drafting from plain token lists: what is proposed, and how the drafter backs off."""
+
+from __future__ import annotations
+
+from localrun.engine.drafts import FIRST_DRAFT, MAX_PAUSE, MIN_DRAFT, NGRAM, Drafter
+
+
+def test_proposes_what_followed_the_latest_earlier_occurrence():
+    d = Drafter(8)
+    tokens = [1, 2, 3, 4, 5, 6, 9, 2, 3, 4, 7, 8, 9, 10, 11, 2, 3, 4]
+    assert d.propose(tokens, room=8) == [7, 8, 9, 10]  # the later match wins; FIRST_DRAFT long
+    assert d.proposed == FIRST_DRAFT
+
+
+def test_the_sequence_tail_never_matches_itself():
+    assert Drafter(8).propose([5, 6, 7, 8, 9], room=8) == []
+    assert Drafter(8).propose([1, 2, 3], room=8) == []
+
+
+def test_a_close_occurrence_continues_its_repeating_pattern():
+    d = Drafter(8)
+    d.length = 8
+    tokens = [0, 5, 6, 7, 5, 6, 7]  # period 3: the match ends one period before the end
+    assert d.propose(tokens, room=8) == [5, 6, 7, 5, 6, 7, 5, 6]
+
+
+def test_room_and_minimum_length_limit_drafts():
+    tokens = [1, 2, 3, 4, 5, 6, 1, 2, 3]
+    assert Drafter(8).propose(tokens, room=MIN_DRAFT - 1) == []
+    assert Drafter(8).propose(tokens, room=3) == [4, 5, 6]
+    assert Drafter(1).propose(tokens, room=8) == []  # a maximum below MIN_DRAFT never drafts
+
+
+def test_full_acceptance_doubles_the_length_up_to_the_maximum_and_refusal_shrinks_it():
+    d = Drafter(16)
+    assert d.length == FIRST_DRAFT
+    d.adapt(4, 4)
+    assert d.length == 8
+    d.adapt(8, 8)
+    d.adapt(16, 16)
+    assert d.length == 16
+    d.adapt(16, 5)
+    assert (d.length, d.pause) == (5, 0)
+
+
+def test_refused_drafts_pause_drafting_longer_each_time_and_ask_for_more_context():
+    d = Drafter(16)
+    tokens = [1, 2, 3, 4, 5, 9, 2, 3, 4]  # NGRAM tokens of context match, no more
+    pauses = []
+    for _ in range(8):
+        d.adapt(4, 0)
+        pauses.append(d.pause)
+    assert pauses == [2, 4, 8, 16, 32, 64, MAX_PAUSE, MAX_PAUSE]
+    for _ in range(d.pause):
+        assert d.propose(tokens, room=8) == []
+    assert d.propose(tokens, room=8) == []  # not paused now, but NGRAM + misses tokens must match
+    assert NGRAM + d.misses > NGRAM
+    d.adapt(4, 2)  # a draft that was worth it: the pause and the stricter match end
+    assert (d.misses, d.pause) == (0, 0)
+    assert d.propose(tokens, room=8) == [5, 9]
