@@ -255,23 +255,23 @@ def drafting(name: str, prompt: list[int], max_tokens: int | None = None, n_max:
     return s
 
 
-COPY = [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 1, 2]  # after sampling 3, "1 2 3" continues with 4 5 6...
+COPY = [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 1, 2, 3]  # after sampling 4, "1 2 3 4" continues with 5 6 7...
 
 
 def test_a_drafting_sequence_decodes_its_token_and_the_draft_in_one_chunk():
     s = Scheduler(n_slots=2, batch_size=64)
     a = drafting("a", COPY)
     s.add(a)
-    run_step(s, sample=3)  # prefill; the first sampled token completes the n-gram "1 2 3"
+    run_step(s, sample=4)  # prefill; the first sampled token completes the n-gram "1 2 3 4"
     plan = s.schedule()
     (chunk,) = plan.chunks
-    assert (chunk.start, chunk.n, chunk.n_logits, chunk.draft) == (14, 9, 9, [4, 5, 6, 7, 8, 9, 10, 11])
+    assert (chunk.start, chunk.n, chunk.n_logits, chunk.draft) == (15, 9, 9, [5, 6, 7, 8, 9, 10, 11, 12])
     s.commit(plan.chunks)
-    assert s.slots[a.slot].tokens == COPY + [3, 4, 5, 6, 7, 8, 9, 10, 11]
-    a.tokens += [4, 5, 99]  # the model confirmed 4 and 5, then sampled 99 instead of 6
+    assert s.slots[a.slot].tokens == COPY + [4, 5, 6, 7, 8, 9, 10, 11, 12]
+    a.tokens += [5, 6, 99]  # the model confirmed 5 and 6, then sampled 99 instead of 7
     s.settle(chunk, 2)
-    assert a.n_evaluated == 17 and a.pending == 1
-    assert s.slots[a.slot].tokens == COPY + [3, 4, 5]
+    assert a.n_evaluated == 18 and a.pending == 1
+    assert s.slots[a.slot].tokens == COPY + [4, 5, 6]
 
 
 def test_drafts_leave_room_for_every_other_decode_token_and_stop_at_max_tokens_and_the_context():
@@ -279,21 +279,21 @@ def test_drafts_leave_room_for_every_other_decode_token_and_stop_at_max_tokens_a
     a, b = drafting("a", COPY), seq("b", [50, 51])
     s.add(a)
     s.add(b)
-    run_step(s, sample=3)
+    run_step(s, sample=4)
     s.batch_size = 8
     plan = s.schedule()
     assert [(c.seq.id, c.n, len(c.draft)) for c in plan.chunks] == [("a", 7, 6), ("b", 1, 0)]
 
-    short = drafting("short", COPY, max_tokens=4)
+    short = drafting("short", COPY, max_tokens=5)
     s = Scheduler(n_slots=1, batch_size=64)
     s.add(short)
-    run_step(s, sample=3)
-    assert s.schedule().chunks[0].draft == [4, 5]  # 3 more tokens: two drafted, one sampled after them
+    run_step(s, sample=4)
+    assert s.schedule().chunks[0].draft == [5, 6, 7]  # 4 more tokens: three drafted, one sampled after them
     near_end = drafting("end", COPY)
-    s = Scheduler(n_slots=1, batch_size=64, ctx_size=len(COPY) + 4)
+    s = Scheduler(n_slots=1, batch_size=64, ctx_size=len(COPY) + 5)
     s.add(near_end)
-    run_step(s, sample=3)
-    assert s.schedule().chunks[0].draft == [4, 5, 6]  # positions up to ctx_size - 1
+    run_step(s, sample=4)
+    assert s.schedule().chunks[0].draft == [5, 6, 7, 8]  # positions up to ctx_size - 1
 
 
 def test_drafts_of_one_length_share_a_decode_call_apart_from_plain_decode_tokens():
@@ -301,7 +301,7 @@ def test_drafts_of_one_length_share_a_decode_call_apart_from_plain_decode_tokens
     a, b, c = drafting("a", COPY), drafting("b", COPY), seq("c", [70, 71])
     for x in (a, b, c):
         s.add(x)
-    run_step(s, sample=3)
+    run_step(s, sample=4)
     late = seq("late", [80, 81, 82])
     s.add(late)
     batches = s.schedule().batches()
