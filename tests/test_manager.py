@@ -273,3 +273,24 @@ def test_expire_unloads_an_idle_model_now_and_a_busy_one_when_its_requests_end()
         assert not await m.expire("sha256:c")
         await m.close()
     run(main())
+
+
+def test_a_job_context_counts_against_the_budget_while_it_runs():
+    async def main():
+        m, spawned = manager(memory_budget="2500", max_loaded_models=5)
+        for name in ("a", "b"):
+            async with m.lease(name):
+                pass
+        async with m.lease("b") as b:
+            with m.reserve(b, 400):  # fits beside "a": nothing is evicted
+                assert b.size == 1400 and not spawned[0].closed
+            assert b.size == 1000
+            with m.reserve(b, 600):  # "a" (idle) makes room
+                await asyncio.sleep(0)
+                assert spawned[0].closed and [x.model.name for x in m.running()] == ["b"]
+            with pytest.raises(Overloaded, match="memory budget"):
+                with m.reserve(b, 2000):  # over the budget even alone
+                    pass
+            assert b.size == 1000
+        await m.close()
+    run(main())

@@ -19,7 +19,7 @@ import contextlib
 import logging
 import time
 from dataclasses import dataclass, field
-from typing import Any, AsyncIterator, Awaitable, Callable
+from typing import Any, AsyncIterator, Awaitable, Callable, Iterator
 
 from localrun.config import Config
 from localrun.durations import parse_duration
@@ -229,6 +229,30 @@ class ModelManager:
             victims.append(victim)
             count, used = count - 1, used - victim.size
         return victims
+
+    @contextlib.contextmanager
+    def reserve(self, loaded: Loaded, extra: int) -> Iterator[None]:
+        """Count `extra` bytes against the budget for `loaded` while one of its jobs holds them (the
+        context of a perplexity run): idle models are evicted to make room, and when even that
+        cannot make room the job is refused as a load would be."""
+        if self.budget:
+            held = [*self.loaded.values(), *self.loading.values()]
+            used = sum(m.size for m in held) + extra
+            idle = sorted((m for m in self.loaded.values() if m.idle and m is not loaded), key=lambda m: m.last_used)
+            if used - sum(m.size for m in idle) > self.budget:
+                raise Overloaded("not enough memory budget for this job while other models are busy "
+                                 "(LOCALRUN_MEMORY_BUDGET)")
+            while used > self.budget:
+                victim = idle.pop(0)
+                used -= victim.size
+                if self._detach(victim):
+                    log.info("unloading %s to make room", victim.model.name)
+                    asyncio.get_running_loop().create_task(victim.runner.close())
+        loaded.size += extra
+        try:
+            yield
+        finally:
+            loaded.size -= extra
 
     # -- unloading ------------------------------------------------------------------------------
 

@@ -20,8 +20,12 @@ _UNIT = {"": 1, "b": 1, "k": 1e3, "kb": 1e3, "kib": 2**10, "m": 1e6, "mb": 1e6, 
 
 def estimate_bytes(file_size: int, kv_f16_bytes_per_token: int, options: Any) -> int:
     """Weights (the file size) plus the KV cache of every slot; compute buffers are left out."""
-    per_token = kv_f16_bytes_per_token * _KV_BYTES.get(options.kv_cache_type, 2.0) / 2.0
-    return int(file_size + per_token * options.ctx_size * options.parallel)
+    return file_size + kv_bytes(kv_f16_bytes_per_token, options.kv_cache_type, options.ctx_size * options.parallel)
+
+
+def kv_bytes(kv_f16_bytes_per_token: int, kv_cache_type: str, cells: int) -> int:
+    """A KV cache of `cells` tokens of the given type."""
+    return int(kv_f16_bytes_per_token * _KV_BYTES.get(kv_cache_type, 2.0) / 2.0 * cells)
 
 
 def parse_size(text: str) -> int:

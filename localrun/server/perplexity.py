@@ -13,6 +13,7 @@ from fastapi import APIRouter, Request
 from pydantic import BaseModel, ConfigDict, Field
 
 from localrun.server.hangup import unless_hung_up
+from localrun.server.memory import kv_bytes
 
 router = APIRouter(tags=["perplexity"])
 
@@ -27,7 +28,11 @@ class PerplexityRequest(BaseModel):
 
 @router.post("/api/perplexity")
 async def perplexity(body: PerplexityRequest, request: Request) -> dict[str, Any]:
-    """Minutes of work on a long text: a client that hangs up stops it (see server/hangup.py)."""
-    async with request.app.state.manager.lease(body.model) as loaded:
-        job = loaded.runner.call("perplexity", text=body.text, ctx=body.ctx, batch=body.batch)
-        return await unless_hung_up(request, job)
+    """Minutes of work on a long text: a client that hangs up stops it (see server/hangup.py). Its
+    context's KV cache counts against the memory budget while it runs."""
+    manager = request.app.state.manager
+    async with manager.lease(body.model) as loaded:
+        cells = body.ctx * max(1, body.batch // body.ctx)  # the job's own context: batch // ctx chunks at most
+        with manager.reserve(loaded, kv_bytes(loaded.model.facts.kv_bytes_per_token, loaded.options.kv_cache_type, cells)):
+            job = loaded.runner.call("perplexity", text=body.text, ctx=body.ctx, batch=body.batch)
+            return await unless_hung_up(request, job)
