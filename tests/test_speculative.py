@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import pytest
 
-from localrun.engine import Engine, EngineSettings, Request
+from localrun.engine import Engine, EngineSettings, Request, schema_to_grammar
 from localrun.sampling import SamplingParams
 from tests.test_engine import THREADS, Run, drain
 
@@ -72,6 +72,16 @@ def test_seeded_sampling_and_logprobs_are_unchanged_by_drafts(engine):
         assert d.tokens == p.tokens
         assert [(e.logprob, e.top_logprobs) for e in d.events] == [(e.logprob, e.top_logprobs) for e in p.events]
     assert sum(r.finished.timings.draft_accepted for r in drafted) > 0
+
+
+def test_a_grammar_sees_drafted_tokens_one_by_one(engine):
+    schema = {"type": "object", "properties": {"text": {"type": "string"}}, "required": ["text"]}
+    prompt = f"Answer in JSON with the field text holding this text exactly:\n{TEXT}"
+    constrained = dict(grammar=schema_to_grammar(schema), max_tokens=80)
+    plain = run_each(engine, [prompt], 0, **constrained)[0]
+    drafted = run_each(engine, [prompt], DRAFT, **constrained)[0]
+    assert drafted.tokens == plain.tokens and '"text": "The river starts' in drafted.text
+    assert drafted.finished.timings.draft_accepted > 0
 
 
 @pytest.mark.parametrize("limit", [dict(max_tokens=5), dict(max_tokens=40, stop=["forests"])])

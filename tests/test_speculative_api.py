@@ -85,3 +85,18 @@ def test_serve_refuses_a_bad_setting_before_starting():
     assert done.returncode == 2 and "speculative" in done.stderr and "Traceback" not in done.stderr
     done = run_cli("serve", "--port", "1", env={"LOCALRUN_SPECULATIVE": "99"})
     assert done.returncode == 2 and "speculative" in done.stderr
+
+
+def test_a_daemon_with_drafting_on_and_a_q8_0_cache_answers_as_without_drafts(tmp_path):
+    from tests.daemon import start_daemon
+
+    daemon = start_daemon(tmp_path / "home", {"LOCALRUN_SPECULATIVE": "on", "LOCALRUN_KV_CACHE_TYPE": "q8_0",
+                                              "LOCALRUN_PARALLEL": "2", "LOCALRUN_CTX_SIZE": "1024"})
+    try:
+        drafted = openai_chat(daemon.url).json()
+        plain = openai_chat(daemon.url, speculative=0).json()
+        assert httpx.get(f"{daemon.url}/api/ps").json()["models"][0]["speculative"] == SPECULATIVE_ON
+    finally:
+        daemon.stop()
+    assert drafted["timings"]["draft_n_accepted"] >= 20 and plain["timings"]["draft_n"] == 0
+    assert drafted["choices"][0]["message"]["content"] == plain["choices"][0]["message"]["content"]

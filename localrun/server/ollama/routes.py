@@ -142,6 +142,7 @@ def _running(loaded: Loaded) -> dict[str, Any]:
         "context_length": loaded.options.ctx_size,
         "parallel": loaded.options.parallel, "kv_cache_type": loaded.options.kv_cache_type,
         "threads": loaded.runner.info.get("threads"), "active_requests": loaded.pending,
+        "speculative": loaded.runner.info.get("speculative", 0),
     }
 
 
