@@ -168,5 +168,5 @@ def env_help() -> str:
     return "\n".join(f"{s.env:<{width}}  {s.help}" + (f" [default: {s.default}]" if s.default else "") for s in SETTINGS)
 
 
-__all__ = ["Config", "SETTINGS", "Setting", "DEFAULT_PORT", "KV_CACHE_TYPES", "check_kv_cache_type", "env_help", "parse_speculative",
-           "raw"]
+__all__ = ["Config", "SETTINGS", "Setting", "DEFAULT_PORT", "KV_CACHE_TYPES", "SPECULATIVE_ON", "check_kv_cache_type",
+           "env_help", "parse_speculative", "raw"]

@@ -109,8 +109,11 @@ def test_sliding_window_models_decode_without_drafts(gemma_path):
     assert len(run.tokens) == 16 and run.finished.timings.draft_tokens == 0
 
 
-def test_an_out_of_range_draft_length_is_refused(smollm2_path):
-    from localrun.errors import UsageError
+def test_an_out_of_range_draft_length_is_refused(engine, smollm2_path):
+    from localrun.errors import InvalidRequest, UsageError
 
     with pytest.raises(UsageError, match="speculative"):
         Engine(str(smollm2_path), EngineSettings(speculative=65))
+    with pytest.raises(InvalidRequest, match="speculative"):
+        engine.add(Request("bad", [1, 2, 3], SamplingParams(speculative=-1)))
+    assert not engine.has_work

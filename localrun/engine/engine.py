@@ -82,13 +82,19 @@ class Engine:
         if self.scheduler.find(request.id):
             raise InvalidRequest(f"request id {request.id!r} is already in use")
         p = request.sampling
+        drafter = self._drafter(p.speculative)
         banned = self._eog_tokens() if p.ignore_eos else []
         sampler = Sampler(self.model.vocab, self.model.n_vocab, p, p.seed if p.seed is not None else self.settings.seed, banned)
         state = _State(request, sampler, Detokenizer(self.model.piece), StopMatcher(p.stop))
         state.load_ms, self._unbilled_load_ms = self._unbilled_load_ms, 0.0
-        n_draft = self.settings.speculative if p.speculative is None else p.speculative
-        drafter = Drafter(n_draft) if n_draft and self.can_draft else None
         self.scheduler.add(Sequence(request.id, list(prompt), len(prompt), p.max_tokens, state=state, drafter=drafter))
+
+    def _drafter(self, speculative: int | None) -> Drafter | None:
+        """The request's drafter: its own draft length, else the engine's; none when off or impossible."""
+        n_draft = self.settings.speculative if speculative is None else speculative
+        if not 0 <= n_draft <= MAX_DRAFT:
+            raise InvalidRequest(f"speculative must be a draft length from 0 (off) to {MAX_DRAFT}, got {n_draft}")
+        return Drafter(n_draft) if n_draft and self.can_draft else None
 
     def cancel(self, request_id: str) -> None:
         """Stop a request at the next step (a Finished event with reason "cancelled" follows)."""
