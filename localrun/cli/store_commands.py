@@ -1,7 +1,9 @@
 """Model-store commands: pull, list, show, rm, cp. They work without a daemon.
 
-`rm` goes through this home's daemon when it runs, so a loaded model is unloaded as well; `pull --host`
-and `rm --host` act on the store of a server that has its own (see cli/targets.py).
+`rm` goes through this home's daemon when it runs, so a loaded model is unloaded as well. When `--host`
+or LOCALRUN_HOST names a server that has a store of its own (see cli/targets.py), every one of them acts
+on that store through the Ollama API the server speaks (/api/pull, /api/tags, /api/show, /api/delete,
+/api/copy), and prints what the server says in the same format as for this home's store.
 
 Output rules: results go to stdout, progress and errors to stderr. A progress bar only when stderr
 is a terminal (no bar, no ANSI on a pipe or with --quiet, just the final line); --json gives one
@@ -14,13 +16,14 @@ import json
 import sys
 import time
 from datetime import datetime, timezone
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 import typer
 
 from localrun.cli.app import app
 
-SERVER_HELP = "A server with its own store (URL; Ollama or localrun) to do this on; default: this home's store."
+SERVER_HELP = ("A server with its own store (URL; Ollama or localrun) to do this on; default: LOCALRUN_HOST's, "
+               "else this home's store.")
 
 
 def _complete_catalogue(incomplete: str) -> list[str]:
@@ -66,16 +69,31 @@ def pull(
 
 
 @app.command("list")
-def list_models(as_json: bool = typer.Option(False, "--json", help="Print a JSON array.")) -> None:
+def list_models(
+    as_json: bool = typer.Option(False, "--json", help="Print a JSON array."),
+    host: Optional[str] = typer.Option(None, "--host", help=SERVER_HELP),
+) -> None:
     """List the models in the store."""
+    server = _server(host)
+    if server is not None:
+        models = _ask_server(server, "list", lambda client: client.tags())
+        if as_json:
+            _print_json([_tag_dict(tag, server.base_url) for tag in models])
+        else:
+            _print_table([_tag_row(tag) for tag in models])
+        return
     from localrun.store import Store
 
     models = Store().list()
     if as_json:
         _print_json([m.to_dict() for m in models])
         return
-    rows = [("NAME", "ID", "SIZE", "QUANT", "PARAMS", "MODIFIED")]
-    rows += [(m.name, m.short_id, _size(m.size), m.quantization, m.parameter_size, _ago(m.modified)) for m in models]
+    _print_table([(m.name, m.short_id, _size(m.size), m.quantization, m.parameter_size, _ago(m.modified))
+                  for m in models])
+
+
+def _print_table(models: list[tuple[str, ...]]) -> None:
+    rows = [("NAME", "ID", "SIZE", "QUANT", "PARAMS", "MODIFIED"), *models]
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     for row in rows:
         typer.echo("  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip())
@@ -91,8 +109,12 @@ def show(
     template: bool = typer.Option(False, "--template", help="Print only the chat template."),
     license_: bool = typer.Option(False, "--license", help="Print only the license."),
     metadata: bool = typer.Option(False, "--metadata", help="Print the raw GGUF key/values."),
+    host: Optional[str] = typer.Option(None, "--host", help=SERVER_HELP),
 ) -> None:
     """Show a model's facts read from its GGUF header: architecture, size, context, template, tokens."""
+    server = _server(host)
+    if server is not None:
+        return _show_on_server(server, model, as_json, template, license_, metadata)
     from localrun.store import Store
 
     store = Store()
@@ -111,9 +133,9 @@ def show(
 
 
 def _server(host: Optional[str]):
-    """The server whose own store `--host` names, or None for this home's store (see cli/targets.py)."""
-    if host is None:
-        return None
+    """The server whose own store `--host` (or LOCALRUN_HOST) names, or None for this home's store: a
+    loopback address where nothing, this home's daemon or (with no --host) a program that is not localrun
+    listens is this home's (see cli/targets.py)."""
     from localrun.cli import targets
 
     target = targets.resolve(host)
@@ -122,13 +144,12 @@ def _server(host: Optional[str]):
 
 def _pull_on_server(address, model: str, link: bool, reporter, as_json: bool) -> None:
     from localrun.cli import targets
-    from localrun.client import Client
     from localrun.errors import UsageError
 
     if link:
         raise UsageError("--link works with this home's store only, not with a server's (--host)")
-    with Client.from_host(address.base_url) as client:
-        targets.pull_on_server(client, model, reporter or (lambda status: None))
+    progress = reporter or (lambda status: None)
+    _ask_server(address, "pull", lambda client: targets.pull_on_server(client, model, progress))
     if as_json:
         _print_json({"status": "success", "model": {"name": model, "host": address.base_url}})
     else:
@@ -141,17 +162,14 @@ def rm(
     host: Optional[str] = typer.Option(None, "--host", help=SERVER_HELP),
 ) -> None:
     """Remove models; blobs no other name uses are deleted. This home's running daemon (or the server
-    --host names) removes them itself, so a loaded model is unloaded too."""
+    --host or LOCALRUN_HOST names) removes them itself, so a loaded model is unloaded too."""
     from localrun.cli import targets
 
     target = targets.resolve(host)
-    if target.up and (target.local or host is not None):
-        from localrun.client import Client
-
-        with Client.from_host(target.address.base_url) as client:
-            for name in models:
-                client.delete(name)
-                typer.echo(f"deleted {name}")
+    if target.up:  # this home's running daemon, or a server with a store of its own
+        for name in models:
+            _ask_server(target.address, "rm", lambda client, name=name: client.delete(name))
+            typer.echo(f"deleted {name}")
         return
     from localrun.store import Store
 
@@ -165,12 +183,174 @@ def rm(
 def cp(
     source: str = typer.Argument(..., help="A pulled model.", autocompletion=_complete_local),
     destination: str = typer.Argument(..., help="The new name (name[:tag])."),
+    host: Optional[str] = typer.Option(None, "--host", help=SERVER_HELP),
 ) -> None:
     """Give a pulled model another name (no copy of the file is made)."""
+    server = _server(host)
+    if server is not None:
+        _ask_server(server, "cp", lambda client: client.copy(source, destination))
+        typer.echo(f"copied {source} to {destination}")
+        return
     from localrun.store import Store
 
     copied = Store().copy(source, destination)
     typer.echo(f"copied {source} to {copied.name}")
+
+
+def _ask_server(address, command: str, call: Callable[[Any], Any]) -> Any:
+    """`call(client)` on the server at `address`. When it fails and the server does not speak the Ollama
+    API at all (vLLM, llama-server: 404 on /api/version too), one error line says so instead."""
+    from localrun.client import Client
+    from localrun.errors import AuthError, DaemonUnavailable, LocalrunError, Overloaded
+
+    with Client.from_host(address.base_url) as client:
+        try:
+            return call(client)
+        except (AuthError, DaemonUnavailable, Overloaded):
+            raise
+        except LocalrunError:
+            if _speaks_ollama(client):
+                raise  # the server's own answer: a model it lacks, a bad name
+    raise LocalrunError(f"{address.base_url} does not speak the Ollama API (no /api/version): `localrun {command}` "
+                        f"on a server needs one with a store of its own (Ollama or localrun)")
+
+
+def _speaks_ollama(client) -> bool:
+    from localrun.errors import LocalrunError
+
+    try:
+        client.version()
+    except LocalrunError:
+        return False
+    return True
+
+
+def _tag_dict(tag: dict[str, Any], base_url: str) -> dict[str, Any]:
+    """One model of a server's /api/tags with the keys of this home's `list --json` that it tells."""
+    details = tag.get("details") if isinstance(tag.get("details"), dict) else {}
+    digest = str(tag.get("digest") or "")
+    return {"name": str(tag.get("name") or tag.get("model") or ""),
+            "digest": f"sha256:{digest.removeprefix('sha256:')}" if digest else "",
+            "size": tag.get("size") if isinstance(tag.get("size"), int) else 0,
+            "modified": str(tag.get("modified_at") or ""),
+            "architecture": str(details.get("family") or ""),
+            "parameter_size": str(details.get("parameter_size") or ""),
+            "quantization": str(details.get("quantization_level") or ""),
+            "host": base_url}
+
+
+def _tag_row(tag: dict[str, Any]) -> tuple[str, ...]:
+    model = _tag_dict(tag, "")
+    modified = _parse_time(model["modified"])
+    return (model["name"], model["digest"].removeprefix("sha256:")[:12] or "-",
+            _size(model["size"]) if model["size"] else "-", model["quantization"] or "-",
+            model["parameter_size"] or "-", _ago(modified) if modified else "-")
+
+
+def _parse_time(text: str) -> Optional[datetime]:
+    """An RFC 3339 time as Ollama writes it (nanoseconds, `Z`), readable by Python 3.10's fromisoformat."""
+    import re
+
+    text = re.sub(r"(\.\d{6})\d+", r"\1", text.strip()).replace("Z", "+00:00")
+    try:
+        when = datetime.fromisoformat(text)
+    except ValueError:
+        return None
+    return when if when.tzinfo else when.replace(tzinfo=timezone.utc)
+
+
+_SHOW_FIELDS = {"template": ("template", "chat template"), "license": ("license", "license"),
+                "metadata": ("model_info", "metadata (model_info)")}
+
+
+def _show_on_server(address, model: str, as_json: bool, template: bool, license_: bool, metadata: bool) -> None:
+    from localrun.errors import LocalrunError
+
+    wanted = "template" if template else "license" if license_ else "metadata" if metadata else ""
+    wanted = "" if as_json else wanted  # --json shows everything, as for this home's store
+
+    def ask(client) -> tuple[dict[str, Any], Optional[dict[str, Any]]]:
+        shown = client.show(model)
+        if not isinstance(shown, dict):
+            raise LocalrunError(f"{address.base_url}/api/show answered with something that is not an object")
+        if wanted:
+            return shown, None
+        try:  # size and digest are in /api/tags only
+            return shown, _find_tag(client.tags(), model, shown)
+        except LocalrunError:
+            return shown, None
+
+    shown, tag = _ask_server(address, "show", ask)
+    if wanted:
+        key, what = _SHOW_FIELDS[wanted]
+        value = shown.get(key)
+        if value is None or (wanted == "metadata" and not isinstance(value, dict)):
+            raise LocalrunError(f"{address.base_url} does not tell the {what} of {model}: its /api/show has no "
+                                f"{key!r}")
+        if wanted == "template":
+            typer.echo(value)
+        elif wanted == "license":
+            typer.echo(value or "(no license in the server's answer)")
+        else:
+            for k, v in value.items():
+                typer.echo(f"{k} = {v!r}" if isinstance(v, str) else f"{k} = {v}")
+        return
+    facts = _shown_facts(model, shown, tag, address.base_url)
+    if as_json:
+        _print_json(facts)
+        return
+    rows = [("name", facts["name"]), ("architecture", facts["architecture"] or "-"),
+            ("parameters", facts["parameter_size"] or "-"), ("quantization", facts["quantization"] or "-"),
+            ("context length", str(facts["context_length"] or "-")),
+            ("embedding length", str(facts["embedding_length"] or "-")),
+            ("license", _first_line(facts["license"]) or "-"),
+            ("size", _size(facts["size"]) if facts["size"] else "-"), ("digest", facts["digest"] or "-"),
+            ("server", address.base_url)]
+    typer.echo("  Model")
+    for key, value in rows:
+        typer.echo(f"    {key:<18}{value}")
+    if facts["chat_template"]:
+        typer.echo(f"\n  Chat template: {len(facts['chat_template'])} characters (show --template prints it)")
+
+
+def _find_tag(tags: list[dict[str, Any]], model: str, shown: dict[str, Any]) -> Optional[dict[str, Any]]:
+    """The /api/tags entry of `model`: by name (Ollama adds `:latest`), else by the blob digest in the
+    Modelfile's FROM line (localrun's tags carry the blob digest; its names resolve catalogue aliases)."""
+    import re
+
+    for tag in tags:
+        if tag.get("name") in (model, f"{model}:latest"):
+            return tag
+    found = re.search(r"^FROM .*sha256[-:]([0-9a-f]{64})\s*$", str(shown.get("modelfile") or ""), re.MULTILINE)
+    if found:
+        for tag in tags:
+            if str(tag.get("digest") or "").removeprefix("sha256:") == found.group(1):
+                return tag
+    return None
+
+
+def _shown_facts(model: str, shown: dict[str, Any], tag: Optional[dict[str, Any]], base_url: str) -> dict[str, Any]:
+    """A server's /api/show (and its /api/tags entry) under the keys of this home's `show --json`."""
+    details = shown.get("details") if isinstance(shown.get("details"), dict) else {}
+    info = shown.get("model_info") if isinstance(shown.get("model_info"), dict) else {}
+    listed = _tag_dict(tag, base_url) if tag else {}
+    architecture = str(info.get("general.architecture") or details.get("family") or "")
+    count = info.get("general.parameter_count")
+    return {"name": listed.get("name") or model, "digest": listed.get("digest", ""), "size": listed.get("size", 0),
+            "modified": str(shown.get("modified_at") or listed.get("modified", "")),
+            "architecture": architecture, "parameters": count if isinstance(count, int) else 0,
+            "parameter_size": str(details.get("parameter_size") or ""),
+            "quantization": str(details.get("quantization_level") or ""),
+            "context_length": info.get(f"{architecture}.context_length") or 0,
+            "embedding_length": info.get(f"{architecture}.embedding_length") or 0,
+            "license": str(shown.get("license") or ""), "chat_template": str(shown.get("template") or ""),
+            "metadata": info, "host": base_url}
+
+
+def _first_line(text: str, width: int = 60) -> str:
+    """A license as one short line (Ollama's /api/show sends the whole license text)."""
+    line = text.strip().split("\n", 1)[0].strip()
+    return line if len(line) <= width and line == text.strip() else line[:width].rstrip() + " …"
 
 
 def _print_info(model, info) -> None:

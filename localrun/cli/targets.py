@@ -4,7 +4,9 @@ This home's store holds the models when the target is a loopback address where n
 CLI starts its own daemon there), where this home's daemon listens (its pid file is here), or where a
 program that is not localrun listens and no `--host` named it (the command then says the port is
 taken). Any other server keeps models of its own: a pull is asked of it over `/api/pull`, as Ollama's
-CLI does, and a server that does not speak the Ollama API (vLLM, llama-server) is used as it is.
+CLI does, `list`, `show`, `rm` and `cp` read and change its store over `/api/tags`, `/api/show`,
+`/api/delete` and `/api/copy` (whether `--host` or LOCALRUN_HOST names it), and a server that does not
+speak the Ollama API (vLLM, llama-server) is used as it is for generation.
 """
 
 from __future__ import annotations

@@ -71,6 +71,19 @@ class Client:
         """Ollama's `/api/show`: details, parameters, template, model_info."""
         return self._json("POST", "/api/show", json={"model": model})
 
+    def tags(self) -> list[dict[str, Any]]:
+        """Ollama's `/api/tags`: the models in the server's own store as it describes them (name, size,
+        digest, modified_at, details)."""
+        data = self._json("GET", "/api/tags")
+        models = data.get("models") if isinstance(data, dict) else None
+        if not isinstance(models, list):
+            raise LocalrunError(f"{self.base_url}/api/tags answered without a list of models")
+        return [m for m in models if isinstance(m, dict)]
+
+    def copy(self, source: str, destination: str) -> None:
+        """Ollama's `/api/copy`: the server gives one of its models a second name."""
+        self._send("POST", "/api/copy", json={"source": source, "destination": destination})
+
     def pull(self, model: str) -> Iterator[PullStatus]:
         """Ollama's streamed `/api/pull`: the server fetches `model` into its own store. Yields its progress;
         an error it reports after streaming began is raised. No read timeout: big files take a while."""
