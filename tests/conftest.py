@@ -4,9 +4,18 @@ and the real models that ship in packages are at hand offline."""
 from __future__ import annotations
 
 import importlib.resources
+import signal
 from pathlib import Path
 
 import pytest
+
+
+def pytest_configure(config):
+    """A suite started as a background job (`.ci/run &`) inherits SIGINT ignored, and every CLI the
+    tests start would inherit that too (Python then installs no KeyboardInterrupt handler): the Ctrl-C
+    tests need Ctrl-C to work, so the suite's own process takes SIGINT back."""
+    if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 @pytest.fixture(autouse=True)

@@ -158,6 +158,14 @@ def test_text_completion_stream_and_echo(client):
     echoed = client.completions.create(model=MODEL, prompt="The capital of France is", max_tokens=5, temperature=0,
                                        echo=True)
     assert echoed.choices[0].text == "The capital of France is" + out.choices[0].text
+    chunks = [c for c in client.completions.create(model=MODEL, prompt="The capital of France is", max_tokens=5,
+                                                   temperature=0, echo=True, logprobs=2, stream=True) if c.choices]
+    assert "".join(c.choices[0].text for c in chunks) == echoed.choices[0].text
+    assert chunks[0].choices[0].text == "The capital of France is"  # the prompt first, as OpenAI streams it
+    prompt_logprobs = client.completions.create(model=MODEL, prompt="The capital of France is", max_tokens=0,
+                                                echo=True, logprobs=2).choices[0].logprobs
+    assert chunks[0].choices[0].logprobs.tokens == prompt_logprobs.tokens
+    assert chunks[0].choices[0].logprobs.token_logprobs == prompt_logprobs.token_logprobs
 
 
 def test_embeddings_are_normalized_and_batched(client):

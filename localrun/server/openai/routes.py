@@ -108,11 +108,12 @@ async def _chat_chunks(gen: generation.Generation, model: str, include_usage: bo
 async def completions(body: CompletionRequest, request: Request) -> Any:
     native = t.completion_request(body)
     manager = request.app.state.manager
+    echoed = await _prompt_logprobs(manager, body, native.prompt) if body.echo and body.logprobs is not None else []
     if body.stream:
         gen = await generation.start(manager, native)
         include_usage = bool(body.stream_options and body.stream_options.include_usage)
-        return event_stream(_completion_chunks(gen, body, include_usage), _stream_error)
-    echoed = await _prompt_logprobs(manager, body, native.prompt) if body.echo and body.logprobs is not None else []
+        echo = native.prompt if body.echo else None
+        return event_stream(_completion_chunks(gen, body, include_usage, echo, echoed), _stream_error)
     if echoed and body.max_tokens == 0:  # only the prompt's log-likelihood, as evaluation harnesses ask
         return _completion(body, [{"text": native.prompt, "index": 0, "finish_reason": "length",
                                    "logprobs": t.completion_logprobs(echoed)}], Usage(prompt_tokens=len(echoed)))
@@ -138,12 +139,20 @@ async def _prompt_logprobs(manager: Any, body: CompletionRequest, prompt: str) -
     return [TokenLogprob(token, logprob, [(alt, lp) for alt, lp in top]) for token, logprob, top in value["tokens"]]
 
 
-async def _completion_chunks(gen: generation.Generation, body: CompletionRequest, include_usage: bool) -> AsyncIterator[str]:
+async def _completion_chunks(gen: generation.Generation, body: CompletionRequest, include_usage: bool,
+                             echo: str | None, echoed: list[TokenLogprob]) -> AsyncIterator[str]:
+    """Text chunks as they come; with `echo`, each choice starts with the prompt (and, when logprobs
+    are asked for, the prompt tokens' log-probabilities), as OpenAI streams an echoed completion."""
     cid, created = t.new_id("cmpl"), t.now()
 
     def chunk(choices: list[dict[str, Any]], **extra: Any) -> str:
         return sse({"id": cid, "object": "text_completion", "created": created, "model": body.model,
                     "choices": choices, **extra})
+
+    if echo is not None:
+        logprobs = t.completion_logprobs(echoed) if body.logprobs is not None else None
+        for index in range(body.n):
+            yield chunk([{"text": echo, "index": index, "logprobs": logprobs, "finish_reason": None}])
 
     text_chunk = _text_chunks(chunk, lambda index, text: {"text": text, "index": index, "logprobs": None,
                                                           "finish_reason": None})
