@@ -155,12 +155,17 @@ def test_new_context_size_reloads_an_idle_model_and_a_dead_runner_is_replaced():
     run(main())
 
 
+async def use(m: ModelManager, *names: str) -> None:
+    """One finished request for each model, in order."""
+    for name in names:
+        async with m.lease(name):
+            pass
+
+
 def test_memory_budget_evicts_to_fit():
     async def main():
         m, spawned = manager(memory_budget="1500", max_loaded_models=5)
-        for name in ("a", "b"):
-            async with m.lease(name):
-                pass
+        await use(m, "a", "b")
         assert [x.model.name for x in m.running()] == ["b"] and spawned[0].closed
         await m.close()
     run(main())
@@ -278,9 +283,7 @@ def test_expire_unloads_an_idle_model_now_and_a_busy_one_when_its_requests_end()
 def test_a_job_context_counts_against_the_budget_while_it_runs():
     async def main():
         m, spawned = manager(memory_budget="2500", max_loaded_models=5)
-        for name in ("a", "b"):
-            async with m.lease(name):
-                pass
+        await use(m, "a", "b")
         async with m.lease("b") as b:
             with m.reserve(b, 400):  # fits beside "a": nothing is evicted
                 assert b.size == 1400 and not spawned[0].closed
