@@ -297,3 +297,14 @@ def test_a_job_context_counts_against_the_budget_while_it_runs():
             assert b.size == 1000
         await m.close()
     run(main())
+
+
+@pytest.mark.parametrize("kv, warned", [("f16", True), ("q8_0", False)])
+def test_drafting_with_an_f16_cache_is_logged_as_inexact(caplog, kv, warned):
+    async def main():
+        m, _ = manager(speculative=16, kv_cache_type=kv)
+        await use(m, "a")
+        await m.close()
+    with caplog.at_level("WARNING", logger="localrun.manager"):
+        run(main())
+    assert ("speculative decoding with an f16 KV cache" in caplog.text) is warned
