@@ -37,8 +37,10 @@ class StubStore:
 
 
 class StubRunner:
+    INFO: dict = {}  # what the runner's "ready" message told
+
     def __init__(self, path, options) -> None:
-        self.path, self.options, self.info = path, options, {}
+        self.path, self.options, self.info = path, options, dict(self.INFO)
         self.alive, self.closed = True, False
 
     async def close(self) -> None:
@@ -299,12 +301,14 @@ def test_a_job_context_counts_against_the_budget_while_it_runs():
     run(main())
 
 
-@pytest.mark.parametrize("kv, warned", [("f16", True), ("q8_0", False)])
-def test_drafting_with_an_f16_cache_is_logged_as_inexact(caplog, kv, warned):
+@pytest.mark.parametrize("exact, warned", [(False, True), (True, False), (None, False)])
+def test_a_runner_that_drafts_inexactly_is_logged(caplog, monkeypatch, exact, warned):
+    monkeypatch.setattr(StubRunner, "INFO", {"speculative": 16, "speculative_exact": exact})
+
     async def main():
-        m, _ = manager(speculative=16, kv_cache_type=kv)
+        m, _ = manager()
         await use(m, "a")
         await m.close()
     with caplog.at_level("WARNING", logger="localrun.manager"):
         run(main())
-    assert ("speculative decoding with an f16 KV cache" in caplog.text) is warned
+    assert ("drafted answers can differ" in caplog.text) is warned

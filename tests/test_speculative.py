@@ -10,6 +10,7 @@ the identity tests use q8_0 and the f16 test checks that drafting works there to
 
 from __future__ import annotations
 
+import llama_cpp
 import pytest
 
 from localrun.engine import Engine, EngineSettings, Request, schema_to_grammar
@@ -49,6 +50,14 @@ def run_all(engine: Engine, prompts: list[str], speculative: int, **sampling) ->
 
 def run_each(engine: Engine, prompts: list[str], speculative: int, **sampling) -> list[Run]:
     return [run_all(engine, [text], speculative, **sampling)[0] for text in prompts]
+
+
+def test_the_engine_measures_that_rows_are_computed_alike_with_a_q8_0_cache(smollm2_path):
+    with Engine(str(smollm2_path), EngineSettings(parallel=1, ctx_size=256, threads=THREADS, kv_cache_type="q8_0",
+                                                  speculative=DRAFT)) as eng:
+        assert eng.info["speculative_exact"] is True
+    with Engine(str(smollm2_path), EngineSettings(parallel=1, ctx_size=256, threads=THREADS)) as eng:
+        assert eng.info["speculative_exact"] is None  # not measured while drafting is off by default
 
 
 def test_greedy_output_with_drafts_is_the_output_without_alone_and_batched(engine):
@@ -96,6 +105,8 @@ def test_the_server_default_applies_to_requests_that_do_not_choose(smollm2_path)
     with Engine(str(smollm2_path), EngineSettings(parallel=1, ctx_size=1024, threads=THREADS,
                                                   speculative=DRAFT)) as eng:
         assert eng.info["speculative"] == DRAFT
+        # this CPU build's llamafile sums multi-row f16 attention in another order (README, Exactness)
+        assert eng.info["speculative_exact"] is not (b"LLAMAFILE = 1" in llama_cpp.llama_print_system_info())
         default, off = run_all(eng, COPYING[:1], None)[0], run_all(eng, COPYING[:1], 0)[0]
     # f16 cache: drafting runs and is mostly confirmed, but rows may round differently (see above)
     assert default.finished.timings.draft_accepted >= 10
@@ -117,3 +128,16 @@ def test_an_out_of_range_draft_length_is_refused(engine, smollm2_path):
     with pytest.raises(InvalidRequest, match="speculative"):
         engine.add(Request("bad", [1, 2, 3], SamplingParams(speculative=-1)))
     assert not engine.has_work
+
+
+def test_the_row_probe_tells_the_cache_types_apart(smollm2_path):
+    from localrun.engine.backend import Model
+    from localrun.engine.rowcheck import rows_alike
+
+    model = Model(str(smollm2_path), 0)
+    try:
+        assert rows_alike(model, 9, threads=THREADS, flash_attn="on", kv_type="q4_0") is True
+        # a lone row of a lone sequence takes a split-KV kernel from 512 cells on: named, not probed
+        assert rows_alike(model, 9, threads=THREADS, flash_attn="on", kv_type="f16") is False
+    finally:
+        model.free()

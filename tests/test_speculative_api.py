@@ -95,7 +95,8 @@ def test_a_daemon_with_drafting_on_and_a_q8_0_cache_answers_as_without_drafts(tm
     try:
         drafted = openai_chat(daemon.url).json()
         plain = openai_chat(daemon.url, speculative=0).json()
-        assert httpx.get(f"{daemon.url}/api/ps").json()["models"][0]["speculative"] == SPECULATIVE_ON
+        running = httpx.get(f"{daemon.url}/api/ps").json()["models"][0]
+        assert running["speculative"] == SPECULATIVE_ON and running["speculative_exact"] is True
     finally:
         daemon.stop()
     assert drafted["timings"]["draft_n_accepted"] >= 20 and plain["timings"]["draft_n"] == 0

@@ -20,6 +20,7 @@ from localrun.engine.detokenizer import Detokenizer
 from localrun.engine.drafts import Drafter
 from localrun.engine.embed import Embedder
 from localrun.engine.events import Event, Finished, Timings, Token
+from localrun.engine.rowcheck import rows_alike
 from localrun.engine.sampler import Sampler, log_softmax, top_logprobs
 from localrun.engine.scheduler import Chunk, Scheduler
 from localrun.engine.scoring import Scorer
@@ -55,7 +56,12 @@ class Engine:
         self._tuner = ThreadTuner(physical_cores()) if settings.threads is None else None
         self._threads = self._tuner.threads if self._tuner else settings.threads
         self.flash_attn = resolve_flash_attn(settings.flash_attn, settings.kv_cache_type, L.llama_supports_gpu_offload())
+        self.can_draft = _can_drop_tail(self.model)
         try:
+            # Whether drafted answers equal plain ones bit for bit here: measured once, when drafting is on.
+            self.speculative_exact = rows_alike(
+                self.model, settings.speculative + 1, threads=self._threads, flash_attn=self.flash_attn,
+                kv_type=settings.kv_cache_type) if settings.speculative and self.can_draft else None
             self.ctx = new_context(self.model, n_ctx=settings.parallel * settings.ctx_size,
                                    n_batch=settings.batch_size, n_seq_max=settings.parallel,
                                    threads=self._threads, flash_attn=self.flash_attn,
@@ -67,7 +73,6 @@ class Engine:
         self.batch = Batch(settings.batch_size)
         self.scheduler = Scheduler(settings.parallel, settings.batch_size, self._trim_slot, self._copy_slot,
                                    settings.ctx_size)
-        self.can_draft = _can_drop_tail(self.model)
         self._embedder: Embedder | None = None
         self._scorer: Scorer | None = None
         self._eog: list[int] | None = None
@@ -356,6 +361,7 @@ class Engine:
             "kv_cache_type": s.kv_cache_type,
             "kv_unified": s.kv_unified,
             "speculative": s.speculative if self.can_draft else 0,
+            "speculative_exact": self.speculative_exact,
             "load_ms": self.load_ms,
         }
 

@@ -178,10 +178,11 @@ class ModelManager:
                 log.info("unloading %s", old.model.name)
                 await old.runner.close()
             log.info("loading %s (ctx %d x %d slots)", model.name, options.ctx_size, options.parallel)
-            if options.speculative and options.kv_cache_type == "f16":
-                log.warning("speculative decoding with an f16 KV cache: drafted answers can differ from plain "
-                            "decoding where two tokens nearly tie (a q8_0 cache makes them identical; README, Exactness)")
             runner = await self.spawn(model.path, options)
+            if runner.info.get("speculative_exact") is False:
+                log.warning("%s: speculative decoding is on but this build computes a verified draft's rows "
+                            "differently from one-by-one decoding, so drafted answers can differ where two tokens "
+                            "nearly tie (README, Exactness; a q8_0 KV cache often makes them identical)", model.name)
         finally:
             del self.loading[model.digest]
         if self.closing:

@@ -143,6 +143,7 @@ def _running(loaded: Loaded) -> dict[str, Any]:
         "parallel": loaded.options.parallel, "kv_cache_type": loaded.options.kv_cache_type,
         "threads": loaded.runner.info.get("threads"), "active_requests": loaded.pending,
         "speculative": loaded.runner.info.get("speculative", 0),
+        "speculative_exact": loaded.runner.info.get("speculative_exact"),
     }
 
 
