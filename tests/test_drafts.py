@@ -59,3 +59,13 @@ def test_refused_drafts_pause_drafting_longer_each_time_and_ask_for_more_context
     d.adapt(4, MIN_DRAFT)  # a draft that was worth it: the pause and the stricter match end
     assert (d.misses, d.pause) == (0, 0)
     assert d.propose(tokens, room=8) == [50, 51, 52, 53][:MIN_DRAFT]
+
+
+def test_many_refusals_still_leave_long_copies_drafted():
+    d = Drafter(8)
+    for _ in range(40):
+        d.adapt(4, 0)
+    d.pause = 0
+    source = list(range(100, 120))
+    assert d.propose([*source, 7, *source[:16]], room=8) == source[16:19][:d.length]
+

@@ -50,7 +50,7 @@ class Drafter:
             return []
         self._extend(tokens)
         at = self._index.get(tuple(tokens[-NGRAM:]))
-        if at is None or _context(tokens, at) < NGRAM + self.misses:
+        if at is None or _context(tokens, at) < min(NGRAM + self.misses, MAX_CONTEXT):
             return []
         draft = tokens[at:at + n]
         while len(draft) < n:  # the occurrence ends where the sequence does: its pattern repeats
