@@ -104,7 +104,8 @@ class ModelManager:
         return RunnerOptions(
             parallel=c.parallel, ctx_size=num_ctx or c.ctx_size, batch_size=c.batch_size,
             threads=None if c.threads == "auto" else int(c.threads), flash_attn=c.flash_attn,
-            kv_cache_type=c.kv_cache_type, speculative=c.speculative, gpu_layers=None if c.gpu_layers == "auto" else int(c.gpu_layers),
+            kv_cache_type=c.kv_cache_type, speculative=c.speculative,
+            gpu_layers=None if c.gpu_layers == "auto" else int(c.gpu_layers),
         )
 
     @contextlib.asynccontextmanager

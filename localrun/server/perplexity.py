@@ -33,6 +33,7 @@ async def perplexity(body: PerplexityRequest, request: Request) -> dict[str, Any
     manager = request.app.state.manager
     async with manager.lease(body.model) as loaded:
         cells = body.ctx * max(1, body.batch // body.ctx)  # the job's own context: batch // ctx chunks at most
-        with manager.reserve(loaded, kv_bytes(loaded.model.facts.kv_bytes_per_token, loaded.options.kv_cache_type, cells)):
+        extra = kv_bytes(loaded.model.facts.kv_bytes_per_token, loaded.options.kv_cache_type, cells)
+        with manager.reserve(loaded, extra):
             job = loaded.runner.call("perplexity", text=body.text, ctx=body.ctx, batch=body.batch)
             return await unless_hung_up(request, job)
