@@ -6,6 +6,7 @@ A leaf module: it reads the environment each call (tests point `LOCALRUN_HOME` a
 from __future__ import annotations
 
 import os
+import sys
 from pathlib import Path
 
 APP = "localrun"
@@ -45,10 +46,14 @@ def log_dir() -> Path:
 
 
 def runtime_dir() -> Path:
-    """Pid file and sockets. platformdirs' runtime dir may not exist on every system; fall back to data."""
+    """Pid files. The system's per-user runtime dir where it provides one; on a Linux or BSD machine
+    without XDG_RUNTIME_DIR (containers, plain ssh, cron) the data dir's `run/`: platformdirs would
+    warn on every command there and fall back to /tmp/runtime-UID, a path another user can create first."""
     home = _home()
     if home:
         return home / "run"
+    if os.name == "posix" and sys.platform != "darwin" and not os.environ.get("XDG_RUNTIME_DIR"):
+        return data_dir() / "run"
     import platformdirs
 
     return Path(platformdirs.user_runtime_dir(APP))

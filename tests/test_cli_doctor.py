@@ -36,3 +36,18 @@ def test_a_broken_build_degrades_to_one_line(monkeypatch):
     report = {"localrun": "0", "python": "3", "llama_cpp": info, "paths": {}, "disk_free_bytes": 0,
               "daemon": {"address": "x", "state": "down", "pid": None, "log": "l"}}
     assert "unavailable:" in render(report)
+
+
+def test_without_localrun_home_or_xdg_runtime_dir_commands_stay_quiet(tmp_path, monkeypatch):
+    """Containers and plain ssh sessions have no XDG_RUNTIME_DIR: no warning on every command, and
+    the pid files go under the user's data dir, not a /tmp path another user could create first."""
+    monkeypatch.delenv("LOCALRUN_HOME", raising=False)
+    monkeypatch.delenv("XDG_RUNTIME_DIR", raising=False)
+    env = {f"XDG_{kind}_HOME": str(tmp_path / kind.lower()) for kind in ("DATA", "CONFIG", "STATE", "CACHE")}
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    done = run_cli("doctor", "--json")
+    assert done.returncode == 0 and done.stderr == ""
+    assert json.loads(done.stdout)["paths"]["runtime"] == str(tmp_path / "data" / "localrun" / "run")
+    listing = run_cli("list")
+    assert listing.returncode == 0 and listing.stderr == ""
