@@ -122,13 +122,15 @@ def test_a_loaded_model_answers_while_another_model_loads(daemon, client, gemma_
             time.sleep(0.01)
         assert runner_pids(daemon, gemma_path.name), "gemma's runner never started"
         answer = client.generate(model=MODEL, prompt="Hi", options={"num_predict": 2})
-        finished["smollm2"] = time.monotonic()
-        still_loading = [m.model for m in client.ps().models]
+        answered = time.monotonic()
     finally:
         loader.join(120)
-    assert answer.done and answer.eval_count >= 1
-    assert finished["smollm2"] < finished["gemma"]
-    assert still_loading == [SMOLLM2]  # answered before gemma was ready
+    assert answer.done and answer.eval_count >= 1 and answer.load_duration < 0.1e9
+    # SmolLM2's runner competes for the two cores with the loading one (llama.cpp's threads spin), so its
+    # answer can take as long as the load; what must not happen is the daemon holding the request back
+    # until the load ends. SmolLM2's own runner measured its work: the request reached it before then.
+    reached_runner = answered - (answer.prompt_eval_duration + answer.eval_duration) / 1e9
+    assert reached_runner < finished["gemma"]
     assert {m.model for m in client.ps().models} == {SMOLLM2, f"{gemma}:latest"}
 
 
