@@ -13,6 +13,7 @@ JSON object per line for scripts.
 from __future__ import annotations
 
 import json
+import re
 import sys
 import time
 from datetime import datetime, timezone
@@ -249,8 +250,6 @@ def _tag_row(tag: dict[str, Any]) -> tuple[str, ...]:
 
 def _parse_time(text: str) -> Optional[datetime]:
     """An RFC 3339 time as Ollama writes it (nanoseconds, `Z`), readable by Python 3.10's fromisoformat."""
-    import re
-
     text = re.sub(r"(\.\d{6})\d+", r"\1", text.strip()).replace("Z", "+00:00")
     try:
         when = datetime.fromisoformat(text)
@@ -306,18 +305,12 @@ def _show_on_server(address, model: str, as_json: bool, template: bool, license_
             ("license", _first_line(facts["license"]) or "-"),
             ("size", _size(facts["size"]) if facts["size"] else "-"), ("digest", facts["digest"] or "-"),
             ("server", address.base_url)]
-    typer.echo("  Model")
-    for key, value in rows:
-        typer.echo(f"    {key:<18}{value}")
-    if facts["chat_template"]:
-        typer.echo(f"\n  Chat template: {len(facts['chat_template'])} characters (show --template prints it)")
+    _print_model(rows, {}, facts["chat_template"])
 
 
 def _find_tag(tags: list[dict[str, Any]], model: str, shown: dict[str, Any]) -> Optional[dict[str, Any]]:
     """The /api/tags entry of `model`: by name (Ollama adds `:latest`), else by the blob digest in the
     Modelfile's FROM line (localrun's tags carry the blob digest; its names resolve catalogue aliases)."""
-    import re
-
     for tag in tags:
         if tag.get("name") in (model, f"{model}:latest"):
             return tag
@@ -361,15 +354,20 @@ def _print_info(model, info) -> None:
     if model.origin:  # made by `localrun quantize`
         origin = model.origin
         facts.append(("quantized from", f"{origin['model']} ({origin['digest'].removeprefix('sha256:')[:12]})"))
+    _print_model(facts, info.special_tokens, info.chat_template)
+
+
+def _print_model(facts: list[tuple[str, str]], special_tokens: dict[str, Any], chat_template: str) -> None:
+    """`show`'s text: the facts, the special tokens when known, and the chat template's size."""
     typer.echo("  Model")
     for key, value in facts:
         typer.echo(f"    {key:<18}{value}")
-    if info.special_tokens:
+    if special_tokens:
         typer.echo("\n  Special tokens")
-        for key, value in info.special_tokens.items():
+        for key, value in special_tokens.items():
             typer.echo(f"    {key:<18}{value!r}")
-    if info.chat_template:
-        typer.echo(f"\n  Chat template: {len(info.chat_template)} characters (show --template prints it)")
+    if chat_template:
+        typer.echo(f"\n  Chat template: {len(chat_template)} characters (show --template prints it)")
 
 
 class PullBar:
