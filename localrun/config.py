@@ -46,6 +46,7 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("LOCALRUN_SPECULATIVE", "off", "Speculative decoding by prompt lookup: off, on (16 tokens) or the most "
                                            "tokens drafted per step; requests may choose their own."),
     Setting("LOCALRUN_GPU_LAYERS", "auto", "Layers to offload to the GPU when the build supports it (auto = all)."),
+    Setting("LOCALRUN_UI", "on", "Serve the web chat page at / (on or off; `serve --no-ui` turns it off too)."),
     Setting("LOCALRUN_DEBUG", "", "Set to 1 for tracebacks and debug logs."),
 )
 
@@ -91,6 +92,7 @@ class Config:
     kv_cache_type: str
     speculative: int
     gpu_layers: str
+    ui: bool
     debug: bool
 
     @classmethod
@@ -116,6 +118,7 @@ class Config:
             kv_cache_type=check_kv_cache_type(raw("LOCALRUN_KV_CACHE_TYPE"), raw("LOCALRUN_FLASH_ATTN")),
             speculative=parse_speculative(raw("LOCALRUN_SPECULATIVE")),
             gpu_layers=raw("LOCALRUN_GPU_LAYERS"),
+            ui=raw("LOCALRUN_UI").strip().lower() not in ("off", "0", "false", "no"),
             debug=raw("LOCALRUN_DEBUG") not in ("", "0", "false"),
         )
 

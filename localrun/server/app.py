@@ -52,4 +52,8 @@ def create_app(config: Config | None = None, store: Any = None, manager: ModelMa
     app.include_router(tokens)
     app.include_router(perplexity)
     app.include_router(score)
+    if config.ui:
+        from localrun.server.web import router as web
+
+        app.include_router(web)
     return app
