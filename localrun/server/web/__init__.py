@@ -1,5 +1,8 @@
 """The chat page: static files shipped inside the package (static/), served at / and /ui/.
 
+GET / answers a browser (Accept: text/html) with the page, and every other client with Ollama's
+plain "is running" line that tools probe for; HEAD / stays Ollama's.
+
 The page is one more client of the public HTTP API (/v1/models, /v1/chat/completions, /api/ps,
 /api/pull): it gets no private route, so the key, Host/Origin and CORS guards treat its requests as
 any other. There is no build step and nothing comes from a CDN; third-party scripts are vendored
@@ -14,9 +17,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from fastapi import APIRouter
-from fastapi.responses import FileResponse
+from fastapi import APIRouter, Request
+from fastapi.responses import FileResponse, PlainTextResponse, Response
 from starlette.exceptions import HTTPException
+
+from localrun.server.ollama.routes import RUNNING
 
 STATIC = Path(__file__).parent / "static"
 PREFIX = "/ui/"
@@ -47,7 +52,9 @@ def _file(path: Path) -> FileResponse:
 
 
 @router.get("/")
-async def index() -> FileResponse:
+async def index(request: Request) -> Response:
+    if "text/html" not in request.headers.get("accept", ""):
+        return PlainTextResponse(RUNNING)
     return _file(STATIC / "index.html")
 
 

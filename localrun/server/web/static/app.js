@@ -248,11 +248,11 @@ async function generate(conversation) {
     else reply.error = e.message;
   } finally {
     state.controller = null;
-    busy(false);
-    await refreshLoaded();
+    await refreshModels();
     if (reply.stats) reply.stats.context_length = state.loaded.get(model)?.context_length;
     persist();
     if (conversation === current()) renderAll();
+    busy(false);
   }
 }
 
@@ -366,9 +366,9 @@ function renderSettings() {
 
 function bindSettings() {
   $('system').addEventListener('input', () => { current().system = $('system').value; persist(); });
-  $('extra').addEventListener('change', () => { current().extra = $('extra').value; persist(); });
+  $('extra').addEventListener('input', () => { current().extra = $('extra').value; persist(); });
   for (const name of store.SETTINGS) {
-    $(name).addEventListener('change', () => {
+    $(name).addEventListener('input', () => {
       const value = $(name).value;
       if (value === '' || !Number.isFinite(Number(value))) delete current().settings[name];
       else current().settings[name] = Number(value);
@@ -450,7 +450,7 @@ function bindKeyDialog() {
     closeKeyDialog(true);
   });
   $('key-cancel').addEventListener('click', () => closeKeyDialog(false));
-  $('key-dialog').addEventListener('close', () => closeKeyDialog(false));
+  $('key-dialog').addEventListener('cancel', () => closeKeyDialog(false));  // Escape
 }
 
 // --- keyboard and start -----------------------------------------------------------------------

@@ -36,8 +36,10 @@ export function title(conversation) {
   return first ? first.content.replace(/\s+/g, ' ').trim().slice(0, 60) || 'New chat' : 'New chat';
 }
 
+/** Every conversation that has a message, as a file `parseImport` reads back. */
 export function exportJson(list) {
-  return JSON.stringify({ format: FORMAT, version: 1, conversations: list }, null, 2);
+  const conversations = list.filter((c) => c.messages.length);
+  return JSON.stringify({ format: FORMAT, version: 1, conversations }, null, 2);
 }
 
 /** The conversations in an export file's text (or a bare array of them); throws on anything else. */
