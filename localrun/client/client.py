@@ -70,7 +70,7 @@ class Client:
     def serves_web_page(self) -> bool:
         """Whether GET / answers with the chat page (no: `serve --no-ui`, or another kind of server)."""
         try:
-            response = self._send("GET", "/")
+            response = self._send("GET", "/", headers={"Accept": "text/html"})  # as a browser asks
         except DaemonUnavailable:
             raise
         except LocalrunError:
