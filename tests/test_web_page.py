@@ -117,6 +117,11 @@ def admitted(daemon) -> int:
     return int(found.group(1)) if found else 0
 
 
+def besides_401(errors: list[str]) -> list[str]:
+    """Console errors but the lines Chromium logs for each 401 the page got before it had the key."""
+    return [e for e in errors if "status of 401" not in e]
+
+
 def wait_for(condition, timeout: float = 10.0) -> bool:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -298,7 +303,7 @@ def test_with_an_api_key_the_page_asks_for_it_and_keeps_it_out_of_urls(keyed, op
     assert not any(KEY in r.url for r in tab.requests)
     assert tab.page.evaluate("[sessionStorage.getItem('localrun.apiKey'), localStorage.getItem('localrun.apiKey')]") \
         == [KEY, None]  # "remember" was not ticked
-    assert tab.errors == []
+    assert besides_401(tab.errors) == []
 
 
 def test_pulling_a_model_shows_its_progress(keyed, open_page, tmp_path):
@@ -323,4 +328,4 @@ def test_pulling_a_model_shows_its_progress(keyed, open_page, tmp_path):
     tab.page.fill("#pull-name", "no-such-model:1b")
     tab.page.click("#pull-button")
     tab.page.wait_for_function("() => document.getElementById('pull-status').textContent.startsWith('Pull failed')")
-    assert tab.errors == []
+    assert besides_401(tab.errors) == []
