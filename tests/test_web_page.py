@@ -172,8 +172,12 @@ def test_a_message_streams_an_answer_with_its_stats_and_survives_a_reload(daemon
 
 def test_regenerate_and_edit_and_resend_replace_the_answer(daemon, open_page):
     tab = open_page(daemon.url + "/")
-    tab.settings(max_tokens="12", seed="1")
+    tab.settings(max_tokens="12", seed="1", top_k="20", system="Answer in one word.")
     tab.send("Name a fruit.")
+    body = next(r for r in tab.requests if r.url.endswith("/v1/chat/completions")).post_data_json
+    assert body["messages"] == [{"role": "system", "content": "Answer in one word."},
+                                {"role": "user", "content": "Name a fruit."}]
+    assert (body["max_tokens"], body["seed"], body["top_k"], body["stream_options"]) == (12, 1, 20, {"include_usage": True})
     tab.page.click("#messages article.assistant button:text('Regenerate')")
     tab.page.wait_for_selector("body:not(.busy)", timeout=120_000)
     assert [m["role"] for m in tab.stored()[0]["messages"]] == ["user", "assistant"]
@@ -220,6 +224,19 @@ def test_html_in_a_model_answer_runs_nothing(daemon, open_page):
     assert tab.page.evaluate(INERT) == INERT_RESULT
     assert tab.errors == []
     tab.shot("inert")
+
+
+def test_a_tool_call_the_model_makes_is_shown(daemon, open_page):
+    tool = {"type": "function", "function": {"name": "get_weather", "parameters": {
+        "type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}}
+    forced = {"type": "function", "function": {"name": "get_weather"}}
+    tab = open_page(daemon.url + "/")
+    tab.settings(max_tokens="40", extra=json.dumps({"tools": [tool], "tool_choice": forced}))
+    tab.send("What is the weather in Paris?")
+    expect(tab.page.locator("details.tool-call summary")).to_have_text("Tool call: get_weather")
+    arguments = json.loads(tab.page.locator("details.tool-call pre").inner_text())
+    assert isinstance(arguments["city"], str)
+    assert tab.errors == []
 
 
 def test_an_imported_conversation_renders_markdown_inertly_and_exports_again(daemon, open_page, tmp_path):

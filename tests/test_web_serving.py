@@ -6,11 +6,7 @@ from __future__ import annotations
 
 import fnmatch
 import hashlib
-import os
 import re
-import subprocess
-import sys
-import time
 from pathlib import Path
 
 import httpx
@@ -19,7 +15,7 @@ from starlette.exceptions import HTTPException
 
 from localrun.server.web import STATIC, asset_path
 from tests.cli import run_cli
-from tests.daemon import free_port
+from tests.daemon import free_port, start_daemon
 
 try:
     import tomllib
@@ -100,34 +96,16 @@ def test_the_package_data_carries_every_static_file():
     assert files and [f for f in files if not any(fnmatch.fnmatch(f, g) and f.count("/") == g.count("/") for g in globs)] == []
 
 
-def _serve(home: Path, port: int, *args: str, env: dict[str, str] | None = None) -> subprocess.Popen:
-    environment = {**os.environ, "LOCALRUN_HOME": str(home), **(env or {})}
-    proc = subprocess.Popen([sys.executable, "-m", "localrun", "serve", "--host", "127.0.0.1", "--port", str(port), *args],
-                            env=environment, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline and proc.poll() is None:
-        try:
-            if httpx.get(f"http://127.0.0.1:{port}/health", timeout=1).status_code == 200:
-                return proc
-        except httpx.HTTPError:
-            time.sleep(0.2)
-    proc.kill()
-    raise AssertionError("the daemon did not start")
-
-
 @pytest.mark.parametrize("args, env", [(("--no-ui",), {}), ((), {"LOCALRUN_UI": "off"})])
 def test_no_ui_serves_no_page_and_open_says_so(tmp_path, args, env):
-    port = free_port()
-    proc = _serve(tmp_path, port, *args, env=env)
+    daemon = start_daemon(tmp_path, env, pull=False, args=args)
     try:
-        url = f"http://127.0.0.1:{port}"
-        assert httpx.get(url + "/", headers=BROWSER_ACCEPT).text == "localrun is running"
-        assert httpx.get(url + "/ui/app.js").status_code == 404
-        result = run_cli("open", "--print", "--host", f"127.0.0.1:{port}", timeout=60)
+        assert httpx.get(daemon.url + "/", headers=BROWSER_ACCEPT).text == "localrun is running"
+        assert httpx.get(daemon.url + "/ui/app.js").status_code == 404
+        result = run_cli("open", "--print", "--host", f"127.0.0.1:{daemon.port}", timeout=60)
         assert result.returncode == 1 and "serves no chat page" in result.stderr and "Traceback" not in result.stderr
     finally:
-        proc.terminate()
-        proc.wait(20)
+        daemon.stop()
 
 
 def test_open_starts_the_daemon_and_hands_the_url_to_the_browser(tmp_path):
