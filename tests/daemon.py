@@ -59,8 +59,8 @@ def start_daemon(home: Path, extra_env: dict[str, str] | None = None, pull: bool
                        capture_output=True, timeout=120)
     port = free_port()
     log = home / "daemon.log"
-    proc = subprocess.Popen([sys.executable, "-m", "localrun", "serve", "--host", "127.0.0.1", "--port", str(port), *args],
-                            env=env, stdout=open(log, "wb"), stderr=subprocess.STDOUT)
+    command = [sys.executable, "-m", "localrun", "serve", "--host", "127.0.0.1", "--port", str(port), *args]
+    proc = subprocess.Popen(command, env=env, stdout=open(log, "wb"), stderr=subprocess.STDOUT)
     daemon = Daemon(proc, home, port, log)
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:

@@ -33,13 +33,15 @@ PAYLOAD = "<img src=x onerror=window.__pwned=1><script>window.__pwned=2</script>
 # records what the Content-Security-Policy refused, so a test can tell the sanitizer from the CSP.
 WATCH = """
 window.__violations = [];
-document.addEventListener('securitypolicyviolation', (e) => window.__violations.push(`${e.violatedDirective} ${e.blockedURI}`));
+document.addEventListener('securitypolicyviolation',
+  (e) => window.__violations.push(`${e.violatedDirective} ${e.blockedURI}`));
 """
 # Nothing the model or a file wrote may have become script, handler or remote fetch.
 INERT = """() => ({
   pwned: window.__pwned ?? null,
   scripts: document.querySelectorAll('#messages script, #conversations script').length,
-  handlers: [...document.querySelectorAll('*')].filter((e) => [...e.attributes].some((a) => a.name.startsWith('on'))).length,
+  handlers: [...document.querySelectorAll('*')]
+    .filter((e) => [...e.attributes].some((a) => a.name.startsWith('on'))).length,
   imageSources: [...document.querySelectorAll('#messages img')].map((i) => i.getAttribute('src')).filter(Boolean),
   violations: window.__violations,
 })"""
@@ -142,9 +144,10 @@ def test_the_page_loads_from_the_daemon_alone_with_no_console_errors(daemon, ope
 
 def test_a_message_streams_an_answer_with_its_stats_and_survives_a_reload(daemon, open_page):
     tab = open_page(daemon.url + "/")
-    tab.settings(temperature="0", max_tokens="48")
+    tab.settings(temperature="0", max_tokens="32")
     tab.page.evaluate("""window.__renders = 0;
-        new MutationObserver(() => window.__renders++).observe(document.getElementById('messages'), {childList: true})""")
+        new MutationObserver(() => window.__renders++)
+            .observe(document.getElementById('messages'), {childList: true})""")
     tab.page.fill("#input", "Write a short poem")
     tab.page.press("#input", "Shift+Enter")  # a new line, not a send
     tab.page.type("#input", "about the sea.")
@@ -157,8 +160,9 @@ def test_a_message_streams_an_answer_with_its_stats_and_survives_a_reload(daemon
     assert answer.strip()
     assert tab.page.evaluate("window.__renders") >= 4  # drawn piece by piece as it streamed, not at once
     stats = tab.page.locator("#messages article.assistant .stats").last.inner_text()
-    found = re.fullmatch(r"(\d+) tokens · [\d.]+ tok/s · prompt \d+( \(\d+ cached\))? · context \d+ / 4096 \(\d+%\)", stats)
-    assert found and 0 < int(found.group(1)) <= 48, stats
+    found = re.fullmatch(r"(\d+) tokens · [\d.]+ tok/s · prompt \d+( \(\d+ cached\))? · context \d+ / 4096 \(\d+%\)",
+                         stats)
+    assert found and 0 < int(found.group(1)) <= 32, stats
     assert "loaded" in tab.page.locator("#model option:checked").inner_text()  # the model is marked as loaded now
     tab.shot("answered")
 
@@ -177,7 +181,8 @@ def test_regenerate_and_edit_and_resend_replace_the_answer(daemon, open_page):
     body = next(r for r in tab.requests if r.url.endswith("/v1/chat/completions")).post_data_json
     assert body["messages"] == [{"role": "system", "content": "Answer in one word."},
                                 {"role": "user", "content": "Name a fruit."}]
-    assert (body["max_tokens"], body["seed"], body["top_k"], body["stream_options"]) == (12, 1, 20, {"include_usage": True})
+    assert (body["max_tokens"], body["seed"], body["top_k"]) == (12, 1, 20)
+    assert body["stream"] is True and body["stream_options"] == {"include_usage": True}
     tab.page.click("#messages article.assistant button:text('Regenerate')")
     tab.page.wait_for_selector("body:not(.busy)", timeout=120_000)
     assert [m["role"] for m in tab.stored()[0]["messages"]] == ["user", "assistant"]
@@ -198,7 +203,7 @@ def test_stop_ends_the_answer_and_the_daemon_drops_the_request(daemon, open_page
     tab.settings(max_tokens="3000", extra='{"ignore_eos": true}')  # without Stop: thousands of tokens
     tab.page.fill("#input", "Count from one to one thousand.")
     tab.page.press("#input", "Enter")
-    tab.page.wait_for_function("() => document.querySelector('#messages article.assistant .body')?.textContent.length > 20")
+    tab.page.wait_for_function("() => document.querySelector('#messages .assistant .body')?.textContent.length > 20")
     assert wait_for(lambda: admitted(daemon) == 1)
     tab.page.click("#stop")
     tab.page.wait_for_selector("body:not(.busy)")
@@ -217,8 +222,8 @@ def test_html_in_a_model_answer_runs_nothing(daemon, open_page):
     """The grammar makes the real model write the payload (a JSON string that may only be PAYLOAD)."""
     tab = open_page(daemon.url + "/")
     schema = {"type": "string", "enum": [PAYLOAD]}
-    tab.settings(max_tokens="80", extra=json.dumps({"response_format": {"type": "json_schema",
-                                                                        "json_schema": {"name": "x", "schema": schema}}}))
+    response_format = {"type": "json_schema", "json_schema": {"name": "x", "schema": schema}}
+    tab.settings(max_tokens="80", extra=json.dumps({"response_format": response_format}))
     tab.send("Answer.")
     assert tab.stored()[0]["messages"][-1]["content"] == json.dumps(PAYLOAD)  # the model did write it
     assert tab.page.evaluate(INERT) == INERT_RESULT
@@ -242,7 +247,8 @@ def test_a_tool_call_the_model_makes_is_shown(daemon, open_page):
 def test_an_imported_conversation_renders_markdown_inertly_and_exports_again(daemon, open_page, tmp_path):
     tab = open_page(daemon.url + "/")
     tab.page.context.grant_permissions(["clipboard-read", "clipboard-write"])
-    answer = f"<think>{PAYLOAD}</think>Here:\n\n```python\ndef f():\n    return 1\n```\n\n{PAYLOAD} [x](javascript:alert(1))"
+    code = "```python\ndef f():\n    return 1\n```"
+    answer = f"<think>{PAYLOAD}</think>Here:\n\n{code}\n\n{PAYLOAD} [x](javascript:alert(1))"
     conversation = {"id": "c1", "title": PAYLOAD, "model": MODEL, "system": "", "settings": {"temperature": 0.5},
                     "onload": "alert(1)", "updated": 1, "messages": [
                         {"role": "system", "content": "dropped"}, {"role": "user", "content": PAYLOAD},

@@ -91,9 +91,11 @@ def test_vendored_scripts_are_the_ones_their_readme_names_with_licenses():
 
 
 def test_the_package_data_carries_every_static_file():
-    globs = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["package-data"]["localrun.server.web"]
+    data = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["package-data"]
+    globs = data["localrun.server.web"]
     files = [p.relative_to(STATIC.parent).as_posix() for p in STATIC.rglob("*") if p.is_file()]
-    assert files and [f for f in files if not any(fnmatch.fnmatch(f, g) and f.count("/") == g.count("/") for g in globs)] == []
+    shipped = [f for f in files if any(fnmatch.fnmatch(f, g) and f.count("/") == g.count("/") for g in globs)]
+    assert files and shipped == files
 
 
 @pytest.mark.parametrize("args, env", [(("--no-ui",), {}), ((), {"LOCALRUN_UI": "off"})])

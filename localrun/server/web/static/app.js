@@ -238,7 +238,8 @@ async function generate(conversation) {
   persist();
   try {
     const body = { ...fields, model, messages, stream: true, stream_options: { include_usage: true } };
-    const response = await api.request('/v1/chat/completions', { method: 'POST', body, signal: state.controller.signal });
+    const { signal } = state.controller;
+    const response = await api.request('/v1/chat/completions', { method: 'POST', body, signal });
     for await (const chunk of api.events(response)) {
       absorb(reply, chunk);
       if (conversation === current()) renderStreaming();
@@ -264,7 +265,8 @@ function absorb(reply, chunk) {
     if (delta.reasoning_content) reply.reasoning = (reply.reasoning || '') + delta.reasoning_content;
     for (const call of delta.tool_calls || []) {
       reply.tool_calls ||= [];
-      const slot = (reply.tool_calls[call.index ?? reply.tool_calls.length] ||= { function: { name: '', arguments: '' } });
+      const index = call.index ?? reply.tool_calls.length;
+      const slot = (reply.tool_calls[index] ||= { function: { name: '', arguments: '' } });
       slot.function.name += call.function?.name || '';
       slot.function.arguments += call.function?.arguments || '';
     }
