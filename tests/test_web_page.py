@@ -27,7 +27,7 @@ LAUNCH_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", 
                "--disable-background-networking", "--disable-component-update", "--disable-sync"]
 MODEL = "smollm2:135m"
 KEY = "web-page-key"
-PAYLOAD = "<img src=x onerror=window.__pwned=1><script>window.__pwned=2</script>"
+PAYLOAD = "<img src=x onerror=window.__pwned=1><img src='x' onerror='window.__pwned=2'><script>window.__pwned=3</script>"
 
 # Runs in the page before its own scripts (an init script is not subject to the page's CSP): it
 # records what the Content-Security-Policy refused, so a test can tell the sanitizer from the CSP.
@@ -42,10 +42,11 @@ INERT = """() => ({
   scripts: document.querySelectorAll('#messages script, #conversations script').length,
   handlers: [...document.querySelectorAll('*')]
     .filter((e) => [...e.attributes].some((a) => a.name.startsWith('on'))).length,
-  imageSources: [...document.querySelectorAll('#messages img')].map((i) => i.getAttribute('src')).filter(Boolean),
+  fetchedImages: [...document.querySelectorAll('#messages img')].map((i) => i.getAttribute('src'))
+    .filter((src) => src && !src.startsWith('data:')),
   violations: window.__violations,
 })"""
-INERT_RESULT = {"pwned": None, "scripts": 0, "handlers": 0, "imageSources": [], "violations": []}
+INERT_RESULT = {"pwned": None, "scripts": 0, "handlers": 0, "fetchedImages": [], "violations": []}
 
 
 @dataclass
@@ -226,6 +227,7 @@ def test_html_in_a_model_answer_runs_nothing(daemon, open_page):
     tab.settings(max_tokens="80", extra=json.dumps({"response_format": response_format}))
     tab.send("Answer.")
     assert tab.stored()[0]["messages"][-1]["content"] == json.dumps(PAYLOAD)  # the model did write it
+    assert tab.last("assistant") == json.dumps(PAYLOAD)  # shown as the text it is
     assert tab.page.evaluate(INERT) == INERT_RESULT
     assert tab.errors == []
     tab.shot("inert")
@@ -248,7 +250,9 @@ def test_an_imported_conversation_renders_markdown_inertly_and_exports_again(dae
     tab = open_page(daemon.url + "/")
     tab.page.context.grant_permissions(["clipboard-read", "clipboard-write"])
     code = "```python\ndef f():\n    return 1\n```"
-    answer = f"<think>{PAYLOAD}</think>Here:\n\n{code}\n\n{PAYLOAD} [x](javascript:alert(1))"
+    pixel = "data:image/gif;base64,R0lGODlhAQABAAAAACw="
+    answer = (f"<think>{PAYLOAD}</think>Here:\n\n{code}\n\n{PAYLOAD} [x](javascript:alert(1))\n\n"
+              f"![remote](http://127.0.0.2:9/track.png) ![inline]({pixel})")
     conversation = {"id": "c1", "title": PAYLOAD, "model": MODEL, "system": "", "settings": {"temperature": 0.5},
                     "onload": "alert(1)", "updated": 1, "messages": [
                         {"role": "system", "content": "dropped"}, {"role": "user", "content": PAYLOAD},
@@ -265,7 +269,9 @@ def test_an_imported_conversation_renders_markdown_inertly_and_exports_again(dae
     assert tab.page.locator("#messages code .hljs-keyword").first.inner_text() == "def"
     assert "Tool call: " in tab.page.locator("details.tool-call summary").inner_text()
     assert tab.page.locator("#messages a").get_attribute("href") is None  # javascript: links lose their href
-    assert tab.page.evaluate(INERT) == INERT_RESULT
+    assert tab.page.locator("#messages img").evaluate_all("images => images.map((i) => i.alt)") == ["remote", "inline"]
+    assert PAYLOAD in tab.last("assistant")
+    assert tab.page.evaluate(INERT) == INERT_RESULT  # and the remote image has no src: nothing is fetched
     tab.page.click("pre .copy")
     assert tab.page.evaluate("navigator.clipboard.readText()").startswith("def f():\n    return 1")
 

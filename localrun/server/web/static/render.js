@@ -1,8 +1,15 @@
 // Model output to DOM: Markdown (marked) -> HTML sanitized by DOMPurify -> code highlighted by
 // highlight.js, with a copy button on each code block. Model text is untrusted: nothing reaches the
 // page without the sanitizer, and the page's Content-Security-Policy refuses inline script besides.
+//
+// Raw HTML in the Markdown is shown as the text the model wrote, as chat pages usually do: the user
+// sees `<img src=x onerror=...>` rather than an element, and no handler attribute is ever parsed
+// (even the sanitizer's inert parse of one makes the browser report a CSP violation).
 
 /* global marked, DOMPurify, hljs */
+
+const ENTITIES = { '&': '&amp;', '<': '&lt;', '>': '&gt;', '"': '&quot;', "'": '&#39;' };
+marked.use({ renderer: { html: ({ text }) => text.replace(/[&<>"']/g, (c) => ENTITIES[c]) } });
 
 const PURIFY = {
   FORBID_TAGS: ['style', 'form', 'input', 'button', 'textarea', 'select', 'iframe', 'object', 'embed', 'link', 'meta'],
