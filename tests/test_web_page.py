@@ -143,6 +143,44 @@ def test_the_page_loads_from_the_daemon_alone_with_no_console_errors(daemon, ope
     tab.shot("loaded")
 
 
+THINKING = [  # content, reasoning_content -> thinking, answer
+    ("plain", "", "", "plain"),
+    ("<think>why</think>\n\nso", "", "why", "so"),
+    ("  <think>still thinking", "", "still thinking", ""),
+    ("so <think>not leading</think>", "", "", "so <think>not leading</think>"),
+    ("answer", "apart", "apart", "answer"),
+]
+IMPORTS = [  # file text -> conversations read back, or the error
+    ('{"conversations": [{"id": "a", "messages": [{"role": "user", "content": "hi"}]}]}', 1),
+    ('[{"messages": [{"role": "tool", "content": 1}, {"role": "assistant", "content": ["x"]}]}]', 1),
+    ('{"conversations": [{"messages": "no"}]}', "no conversation in the file could be read"),
+    ('{"chats": []}', 'not a conversations export (no "conversations" list)'),
+    ("not json", "SyntaxError"),
+]
+
+
+def test_the_page_logic_from_tables(daemon, open_page):
+    """splitThinking, statsLine and the import parser, run as the page's own modules."""
+    tab = open_page(daemon.url + "/")
+    got = tab.page.evaluate("""async ([thinking, imports]) => {
+        const render = await import('/ui/render.js');
+        const store = await import('/ui/conversations.js');
+        const read = (text) => { try { return store.parseImport(text).length; } catch (e) {
+            return e instanceof SyntaxError ? 'SyntaxError' : e.message; } };
+        return {
+          thinking: thinking.map(([content, reasoning]) => Object.values(render.splitThinking(content, reasoning))),
+          imports: imports.map(([text]) => read(text)),
+          stats: render.statsLine({prompt_tokens: 30, cached_tokens: 10, completion_tokens: 10,
+                                   tokens_per_second: 12.345, context_length: 400}),
+          cleaned: store.parseImport(imports[1][0])[0].messages,
+        };
+    }""", [THINKING, IMPORTS])
+    assert got["thinking"] == [[thinking, answer] for _, _, thinking, answer in THINKING]
+    assert got["imports"] == [expected for _, expected in IMPORTS]
+    assert got["stats"] == "10 tokens · 12.3 tok/s · prompt 30 (10 cached) · context 40 / 400 (10%)"
+    assert got["cleaned"] == [{"role": "assistant", "content": ""}]  # wrong roles and types do not survive
+
+
 def test_a_message_streams_an_answer_with_its_stats_and_survives_a_reload(daemon, open_page):
     tab = open_page(daemon.url + "/")
     tab.settings(temperature="0", max_tokens="32")

@@ -40,8 +40,7 @@ function current() {
   return state.conversations.find((c) => c.id === state.current);
 }
 
-function persist() {
-  const conversation = current();
+function persist(conversation = current()) {
   if (conversation) conversation.updated = Date.now();
   if (!store.save(state.conversations)) toast('The browser storage is full: export, then delete old conversations.');
 }
@@ -96,7 +95,6 @@ function renderList() {
 
 function messageView(conversation, message, index, streaming) {
   const view = el('article', `msg ${message.role}`);
-  view.dataset.index = index;
   view.append(el('div', 'who', message.role === 'user' ? 'You' : message.model || 'assistant'));
   if (message.role === 'user') {
     view.append(el('div', 'body plain', message.content), actions([button('Edit', () => edit(view, index))]));
@@ -228,14 +226,13 @@ async function generate(conversation) {
     return renderAll();
   }
   conversation.model = model;
-  const history = conversation.messages.map((m) => ({ role: m.role, content: m.content }));
-  const messages = conversation.system ? [{ role: 'system', content: conversation.system }, ...history] : history;
+  const messages = history(conversation);
   const reply = { role: 'assistant', content: '', model };
   conversation.messages.push(reply);
   state.controller = new AbortController();
   busy(true);
   renderAll();
-  persist();
+  persist(conversation);
   try {
     const body = { ...fields, model, messages, stream: true, stream_options: { include_usage: true } };
     const { signal } = state.controller;
@@ -251,10 +248,19 @@ async function generate(conversation) {
     state.controller = null;
     await refreshModels();
     if (reply.stats) reply.stats.context_length = state.loaded.get(model)?.context_length;
-    persist();
+    persist(conversation);
     if (conversation === current()) renderAll();
     busy(false);
   }
+}
+
+/** The messages to send: the system prompt, then each turn; earlier answers without their thinking
+ * (as chat templates drop it), and failed answers with no text left out. */
+function history(conversation) {
+  const turns = conversation.messages.filter((m) => m.role === 'user' || m.content).map((m) => ({
+    role: m.role, content: m.role === 'assistant' ? splitThinking(m.content).answer : m.content,
+  }));
+  return conversation.system ? [{ role: 'system', content: conversation.system }, ...turns] : turns;
 }
 
 /** One chunk of the stream into the reply: text, thinking, tool calls, and the final usage. */
