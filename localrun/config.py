@@ -68,6 +68,16 @@ def _int(env: str) -> int:
         raise UsageError(f"{env} must be an integer, got {value!r}") from None
 
 
+_SWITCH = {"on": True, "1": True, "true": True, "yes": True, "off": False, "0": False, "false": False, "no": False}
+
+
+def _on_off(env: str) -> bool:
+    value = raw(env).strip().lower()
+    if value not in _SWITCH:
+        raise UsageError(f"{env} must be on or off, got {value!r}")
+    return _SWITCH[value]
+
+
 @dataclass(frozen=True, slots=True)
 class Config:
     """The settings the daemon and runners use, parsed once."""
@@ -118,7 +128,7 @@ class Config:
             kv_cache_type=check_kv_cache_type(raw("LOCALRUN_KV_CACHE_TYPE"), raw("LOCALRUN_FLASH_ATTN")),
             speculative=parse_speculative(raw("LOCALRUN_SPECULATIVE")),
             gpu_layers=raw("LOCALRUN_GPU_LAYERS"),
-            ui=raw("LOCALRUN_UI").strip().lower() not in ("off", "0", "false", "no"),
+            ui=_on_off("LOCALRUN_UI"),
             debug=raw("LOCALRUN_DEBUG") not in ("", "0", "false"),
         )
 

@@ -110,6 +110,11 @@ def test_no_ui_serves_no_page_and_open_says_so(tmp_path, args, env):
         daemon.stop()
 
 
+def test_a_ui_setting_that_is_neither_on_nor_off_is_refused(tmp_path):
+    result = run_cli("serve", "--port", str(free_port()), env={"LOCALRUN_UI": "maybe"}, timeout=60)
+    assert result.returncode == 2 and result.stderr.strip() == "error: LOCALRUN_UI must be on or off, got 'maybe'"
+
+
 def test_open_starts_the_daemon_and_hands_the_url_to_the_browser(tmp_path):
     port = free_port()
     env = {"LOCALRUN_HOST": f"127.0.0.1:{port}", "LOCALRUN_API_KEY": "secret-key"}
