@@ -298,7 +298,9 @@ def test_an_imported_conversation_renders_markdown_inertly_and_exports_again(dae
                          "tool_calls": [{"function": {"name": PAYLOAD, "arguments": '{"a": 1}'}}]}]}
     hostile_name = tmp_path / "<img src=x onerror=window.__pwned=3>.json"
     hostile_name.write_text(json.dumps({"format": "localrun.conversations", "conversations": [conversation]}))
-    tab.page.set_input_files("#import", str(hostile_name))
+    with tab.page.expect_file_chooser() as chooser:
+        tab.page.click("#import-button")
+    chooser.value.set_files(str(hostile_name))
 
     expect(tab.page.locator("#toast")).to_have_text(f"Imported 1 conversation(s) from {hostile_name.name}.")
     assert tab.page.locator("#conversations li.active .title").inner_text() == PAYLOAD

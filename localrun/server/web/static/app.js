@@ -485,6 +485,7 @@ function bind() {
   $('model').addEventListener('change', pickModel);
   $('pull-form').addEventListener('submit', pull);
   $('export').addEventListener('click', exportAll);
+  $('import-button').addEventListener('click', () => $('import').click());
   $('import').addEventListener('change', importFile);
   $('theme').addEventListener('click', nextTheme);
   $('menu').addEventListener('click', () => document.body.classList.toggle('nav-open'));
