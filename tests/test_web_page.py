@@ -27,7 +27,8 @@ LAUNCH_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", 
                "--disable-background-networking", "--disable-component-update", "--disable-sync"]
 MODEL = "smollm2:135m"
 KEY = "web-page-key"
-PAYLOAD = "<img src=x onerror=window.__pwned=1><img src='x' onerror='window.__pwned=2'><script>window.__pwned=3</script>"
+PAYLOAD = ("<img src=x onerror=window.__pwned=1><img src='x' onerror='window.__pwned=2'>"
+           "<script>window.__pwned=3</script>")
 
 # Runs in the page before its own scripts (an init script is not subject to the page's CSP): it
 # records what the Content-Security-Policy refused, so a test can tell the sanitizer from the CSP.
@@ -262,7 +263,7 @@ def test_html_in_a_model_answer_runs_nothing(daemon, open_page):
     tab = open_page(daemon.url + "/")
     schema = {"type": "string", "enum": [PAYLOAD]}
     response_format = {"type": "json_schema", "json_schema": {"name": "x", "schema": schema}}
-    tab.settings(max_tokens="80", extra=json.dumps({"response_format": response_format}))
+    tab.settings(max_tokens="200", extra=json.dumps({"response_format": response_format}))  # the grammar ends it
     tab.send("Answer.")
     assert tab.stored()[0]["messages"][-1]["content"] == json.dumps(PAYLOAD)  # the model did write it
     assert tab.last("assistant") == json.dumps(PAYLOAD)  # shown as the text it is
