@@ -22,9 +22,9 @@ from fastapi.responses import FileResponse, PlainTextResponse, Response
 from starlette.exceptions import HTTPException
 
 from localrun.server.ollama.routes import RUNNING
+from localrun.server.security import OPEN_PREFIX as PREFIX  # the key guard lets the page's files through
 
 STATIC = Path(__file__).parent / "static"
-PREFIX = "/ui/"
 
 CSP = "; ".join([
     "default-src 'none'", "script-src 'self'", "style-src 'self'", "img-src 'self' data:", "connect-src 'self'",
