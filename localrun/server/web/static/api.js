@@ -1,4 +1,5 @@
-// The daemon's public HTTP API, as any other client uses it: JSON calls, server-sent events
+// The daemon's public HTTP API, as any other client uses it (paths relative to the page, so it also
+// works behind a reverse proxy that serves the daemon under a sub-path): JSON calls, server-sent events
 // (/v1/chat/completions) and NDJSON (/api/pull). The API key travels only in the Authorization
 // header, never in a URL; it is kept in sessionStorage, or in localStorage when the user asks.
 

@@ -236,7 +236,7 @@ async function generate(conversation) {
   try {
     const body = { ...fields, model, messages, stream: true, stream_options: { include_usage: true } };
     const { signal } = state.controller;
-    const response = await api.request('/v1/chat/completions', { method: 'POST', body, signal });
+    const response = await api.request('v1/chat/completions', { method: 'POST', body, signal });
     for await (const chunk of api.events(response)) {
       absorb(reply, chunk);
       if (conversation === current()) renderStreaming();
@@ -297,14 +297,14 @@ function busy(yes) {
 
 async function refreshLoaded() {
   try {
-    const ps = await api.json('/api/ps');
+    const ps = await api.json('api/ps');
     state.loaded = new Map(ps.models.map((m) => [m.name, m]));
   } catch { /* the marks stay as they were */ }
 }
 
 async function refreshModels() {
   try {
-    const [models] = await Promise.all([api.json('/v1/models'), refreshLoaded()]);
+    const [models] = await Promise.all([api.json('v1/models'), refreshLoaded()]);
     state.models = models.data.map((m) => m.id);
   } catch (e) {
     toast(`Cannot list models: ${e.message}`);
@@ -339,7 +339,7 @@ async function pull(event) {
   bar.removeAttribute('value');
   status.textContent = `Pulling ${name}…`;
   try {
-    const response = await api.request('/api/pull', { method: 'POST', body: { model: name, stream: true } });
+    const response = await api.request('api/pull', { method: 'POST', body: { model: name, stream: true } });
     for await (const progress of api.ndjson(response)) {
       if (progress.total) {
         bar.value = progress.completed / progress.total;
