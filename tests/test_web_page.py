@@ -326,6 +326,23 @@ def test_an_imported_conversation_renders_markdown_inertly_and_exports_again(dae
     tab.shot("imported")
 
 
+def test_the_page_works_under_a_reverse_proxys_sub_path(daemon, open_page):
+    """A proxy that serves the daemon at /chat/ (played by the browser's own request routing)."""
+    def proxy(route):
+        path = urlsplit(route.request.url).path.removeprefix("/chat")
+        route.fulfill(response=route.fetch(url=daemon.url + path))
+
+    tab = open_page("about:blank", ready=False)
+    tab.page.route(f"{daemon.url}/chat/**", proxy)
+    tab.page.goto(f"{daemon.url}/chat/")
+    tab.page.wait_for_selector("body[data-ready=true]", state="attached")
+    tab.settings(max_tokens="4")
+    tab.send("Hi")
+    assert tab.last("assistant").strip()
+    assert {urlsplit(r.url).path.split("/")[1] for r in tab.requests if r.url.startswith(daemon.url)} == {"chat"}
+    assert tab.errors == []
+
+
 def test_phone_layout_and_light_and_dark_themes(daemon, open_page):
     tab = open_page(daemon.url + "/", viewport={"width": 390, "height": 844}, color_scheme="dark", is_mobile=True)
     background = "getComputedStyle(document.body).backgroundColor"
