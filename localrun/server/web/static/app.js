@@ -101,7 +101,15 @@ function messageView(conversation, message, index, streaming) {
     return view;
   }
   const { thinking, answer } = splitThinking(message.content, message.reasoning);
-  if (thinking) view.append(collapsible('Thinking', markdown(thinking, !streaming), 'thinking'));
+  if (thinking) {
+    const details = collapsible('Thinking', markdown(thinking, !streaming), 'thinking');
+    // open while only thinking streams in (or nothing would seem to happen), closed once the answer starts
+    if (streaming && !answer) {
+      details.open = true;
+      details.dataset.auto = 'yes';
+    }
+    view.append(details);
+  }
   const body = el('div', 'body md');
   body.append(markdown(answer, !streaming));
   view.append(body);
@@ -153,8 +161,8 @@ function renderStreaming() {
     const index = conversation.messages.length - 1;
     const stick = nearBottom();
     const view = messageView(conversation, conversation.messages[index], index, true);
-    const wasOpen = old.querySelector('details.thinking')?.open;
-    if (wasOpen) view.querySelector('details.thinking').open = true;
+    const before = old.querySelector('details.thinking');
+    if (before?.open && !before.dataset.auto) view.querySelector('details.thinking').open = true;  // the user's
     old.replaceWith(view);
     scrollDown(stick);
   });
