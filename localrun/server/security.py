@@ -184,7 +184,7 @@ class KeyGuard:
         self.app, self.keys = app, keys
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        path = scope["path"]
+        path = scope.get("path", "")  # a lifespan scope has none
         if scope["type"] == "http" and self.keys and path not in OPEN_PATHS and not path.startswith(OPEN_PREFIX):
             if not key_matches(presented_key(_headers(scope)), self.keys):
                 response = error_response(scope["path"], 401, "missing or invalid API key: send it as "
