@@ -9,11 +9,11 @@ from pathlib import Path
 
 import pytest
 
-from localrun.config import Config
+from localrun.config import EngineSettings, Settings
 from localrun.errors import ModelLoadError, ModelNotFound, Overloaded
 from localrun.server.manager import ModelManager
-from localrun.server.memory import estimate_bytes, parse_size
-from localrun.server.runner_process import RunnerOptions
+from localrun.server.memory import estimate_bytes
+from localrun.sizes import parse_size
 from localrun.store.ggufinfo import kv_bytes_per_token
 
 
@@ -48,9 +48,11 @@ class StubRunner:
 
 
 def manager(**overrides) -> tuple[ModelManager, list[StubRunner]]:
+    """A manager with these settings (names of LOCALRUN_* variables in lower case, without the prefix)."""
     settings = dict(keep_alive="5m", max_loaded_models=2, memory_budget="1GiB", max_queue=1, parallel=1,
                     ctx_size=512)
     settings.update(overrides)
+    environ = {f"LOCALRUN_{name.upper()}": str(value) for name, value in settings.items()}
     store = StubStore({n: StubModel(n, f"sha256:{n}", Path(n)) for n in ("a", "b", "c")})
     spawned: list[StubRunner] = []
 
@@ -58,7 +60,7 @@ def manager(**overrides) -> tuple[ModelManager, list[StubRunner]]:
         spawned.append(StubRunner(path, options))
         return spawned[-1]
 
-    return ModelManager(replace(Config.from_env(), **settings), store, spawn), spawned
+    return ModelManager(Settings.from_env(environ), store, spawn), spawned
 
 
 def run(coro):
@@ -177,7 +179,7 @@ def test_kv_cache_estimate_from_gguf_metadata():
     meta = {"block_count": 30, "embedding_length": 576, "attention.head_count": 9, "attention.head_count_kv": 3}
     per_token = kv_bytes_per_token(lambda key, default: meta.get(key, default))
     assert per_token == 30 * 3 * (64 + 64) * 2
-    f16 = RunnerOptions(parallel=2, ctx_size=100)
+    f16 = EngineSettings(parallel=2, ctx_size=100)
     assert estimate_bytes(1000, per_token, f16) == 1000 + per_token * 200
     assert estimate_bytes(1000, per_token, replace(f16, kv_cache_type="q8_0")) < estimate_bytes(1000, per_token, f16)
     assert parse_size("8GiB") == 8 * 2**30 and parse_size("512MB") == 512 * 10**6

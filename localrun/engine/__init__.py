@@ -14,7 +14,7 @@ from localrun.engine.engine import Engine
 from localrun.engine.events import Event, Finished, FinishReason, Timings, Token
 from localrun.engine.grammar import schema_to_grammar
 from localrun.engine.sequence import Request
-from localrun.engine.settings import EngineSettings
+from localrun.config import EngineSettings
 
 __all__ = [
     "Engine", "EngineSettings", "Event", "Finished", "FinishReason", "Request", "Timings", "Token",

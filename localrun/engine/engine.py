@@ -25,10 +25,11 @@ from localrun.engine.sampler import Sampler, log_softmax, top_logprobs
 from localrun.engine.scheduler import Chunk, Scheduler
 from localrun.engine.scoring import Scorer
 from localrun.engine.sequence import Request, Sequence, Status
-from localrun.engine.settings import FLASH_ATTN, KV_CACHE_TYPES, EngineSettings, physical_cores, resolve_flash_attn
+from localrun.config import EngineSettings
+from localrun.engine.settings import physical_cores, resolve_flash_attn
 from localrun.engine.stops import StopMatcher
 from localrun.engine.threads import ThreadTuner
-from localrun.errors import ContextOverflow, InvalidRequest, LocalrunError, UsageError
+from localrun.errors import ContextOverflow, InvalidRequest, LocalrunError
 from localrun.sampling import MAX_DRAFT
 
 
@@ -49,8 +50,7 @@ class Engine:
     """Continuous batching over `settings.parallel` sequence slots of one model."""
 
     def __init__(self, model_path: str, settings: EngineSettings | None = None) -> None:
-        self.settings = settings = settings or EngineSettings()
-        _validate(settings)
+        self.settings = settings = settings or EngineSettings()  # checked when it was built
         start = time.perf_counter()
         self.model = Model(model_path, settings.gpu_layers)
         self._tuner = ThreadTuner(physical_cores()) if settings.threads is None else None
@@ -384,19 +384,6 @@ class Engine:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
-
-
-def _validate(s: EngineSettings) -> None:
-    if s.parallel < 1 or s.ctx_size < 8 or s.batch_size < 1:
-        raise UsageError("parallel, ctx_size and batch_size must be positive (ctx_size at least 8)")
-    if s.flash_attn not in FLASH_ATTN:
-        raise UsageError(f"flash_attn must be one of {', '.join(FLASH_ATTN)}, got {s.flash_attn!r}")
-    if s.kv_cache_type not in KV_CACHE_TYPES:
-        raise UsageError(f"kv_cache_type must be one of {', '.join(KV_CACHE_TYPES)}, got {s.kv_cache_type!r}")
-    if s.threads is not None and s.threads < 1:
-        raise UsageError(f"threads must be at least 1, got {s.threads}")
-    if not 0 <= s.speculative <= MAX_DRAFT:
-        raise UsageError(f"speculative must be a draft length from 0 (off) to {MAX_DRAFT}, got {s.speculative}")
 
 
 def _can_drop_tail(model: Model) -> bool:

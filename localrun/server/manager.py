@@ -18,20 +18,20 @@ import asyncio
 import contextlib
 import logging
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, AsyncIterator, Awaitable, Callable, Iterator
 
-from localrun.config import Config
+from localrun.config import EngineSettings, Settings
 from localrun.durations import parse_duration
 from localrun.errors import DaemonUnavailable, InvalidRequest, Overloaded
 from localrun.server.memory import estimate_bytes, memory_budget
-from localrun.server.runner_process import RunnerOptions, RunnerProcess
+from localrun.server.runner_process import RunnerProcess
 
 log = logging.getLogger("localrun.manager")
 
 REAP_INTERVAL_S = 1.0
 
-Spawn = Callable[[Any, RunnerOptions], Awaitable[RunnerProcess]]
+Spawn = Callable[[Any, EngineSettings], Awaitable[RunnerProcess]]
 
 
 @dataclass(slots=True, eq=False)
@@ -40,7 +40,7 @@ class Loaded:
 
     model: Any
     runner: RunnerProcess
-    options: RunnerOptions
+    options: EngineSettings
     size: int
     keep_alive: float
     pending: int = 0  # admitted requests: running plus queued in the runner
@@ -88,25 +88,20 @@ def _seen(task: asyncio.Task[Any]) -> None:
 
 
 class ModelManager:
-    def __init__(self, config: Config, store: Any, spawn: Spawn | None = None) -> None:
+    def __init__(self, config: Settings, store: Any, spawn: Spawn | None = None) -> None:
         self.config = config
         self.store = store
         self.spawn: Spawn = spawn or RunnerProcess.start
         self.loaded: dict[str, Loaded] = {}  # by blob digest
         self.loading: dict[str, _Loading] = {}  # by blob digest, while its runner starts
-        self.default_keep_alive = parse_duration(config.keep_alive)
+        self.default_keep_alive = config.keep_alive
         self.budget = memory_budget(config.memory_budget)
         self._reaper: asyncio.Task[None] | None = None
         self.closing = False
 
-    def options(self, num_ctx: int | None) -> RunnerOptions:
-        c = self.config
-        return RunnerOptions(
-            parallel=c.parallel, ctx_size=num_ctx or c.ctx_size, batch_size=c.batch_size,
-            threads=None if c.threads == "auto" else int(c.threads), flash_attn=c.flash_attn,
-            kv_cache_type=c.kv_cache_type, speculative=c.speculative,
-            gpu_layers=None if c.gpu_layers == "auto" else int(c.gpu_layers),
-        )
+    def options(self, num_ctx: int | None) -> EngineSettings:
+        """The server's engine settings, with the request's context size when it asks for one."""
+        return replace(self.config.engine, ctx_size=num_ctx) if num_ctx else self.config.engine
 
     @contextlib.asynccontextmanager
     async def lease(self, name: str, num_ctx: int | None = None, keep_alive: Any = None) -> AsyncIterator[Loaded]:
@@ -155,7 +150,7 @@ class ModelManager:
 
     # -- loading --------------------------------------------------------------------------------
 
-    def _start_load(self, model: Any, options: RunnerOptions, stale: Loaded | None) -> _Loading:
+    def _start_load(self, model: Any, options: EngineSettings, stale: Loaded | None) -> _Loading:
         """Decide now (room, victims) and start the load as a task of its own; the stale runner of this
         model, if any, and the evicted ones are closed by that task before the new runner starts."""
         retired = [stale] if stale is not None and self._detach(stale) else []
@@ -173,7 +168,7 @@ class ModelManager:
         self.loading[model.digest] = loading
         return loading
 
-    async def _load(self, model: Any, options: RunnerOptions, loading: _Loading, retired: list[Loaded]) -> Loaded:
+    async def _load(self, model: Any, options: EngineSettings, loading: _Loading, retired: list[Loaded]) -> Loaded:
         try:
             for old in retired:
                 log.info("unloading %s", old.model.name)

@@ -20,10 +20,10 @@ import signal
 import socket
 import sys
 import time
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, AsyncIterator, Callable
 
+from localrun.config import EngineSettings
 from localrun.errors import ModelLoadError, RunnerCrashed, error_class
 from localrun.runner.protocol import encode
 
@@ -33,36 +33,10 @@ STDERR_TAIL = 20
 LOAD_TIMEOUT_S = 300.0
 
 
-@dataclass(frozen=True, slots=True)
-class RunnerOptions:
-    """The runner's command-line settings (see `python -m localrun.runner --help`)."""
-
-    parallel: int = 4
-    ctx_size: int = 4096
-    batch_size: int = 512
-    threads: int | None = None
-    flash_attn: str = "auto"
-    kv_cache_type: str = "f16"
-    speculative: int = 0
-    gpu_layers: int | None = None
-
-    def argv(self) -> list[str]:
-        args = [
-            "--parallel", str(self.parallel), "--ctx-size", str(self.ctx_size), "--batch-size", str(self.batch_size),
-            "--flash-attn", self.flash_attn, "--kv-cache-type", self.kv_cache_type,
-            "--speculative", str(self.speculative),
-        ]
-        if self.threads is not None:
-            args += ["--threads", str(self.threads)]
-        if self.gpu_layers is not None:
-            args += ["--gpu-layers", str(self.gpu_layers)]
-        return args
-
-
 class RunnerProcess:
     """One live runner. Create with `await RunnerProcess.start(path, options)`."""
 
-    def __init__(self, proc: asyncio.subprocess.Process, path: Path, options: RunnerOptions) -> None:
+    def __init__(self, proc: asyncio.subprocess.Process, path: Path, options: EngineSettings) -> None:
         self.proc, self.path, self.options = proc, path, options
         self._transport: asyncio.Transport | None = None
         self._ready: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
@@ -76,13 +50,13 @@ class RunnerProcess:
         self._tasks: list[asyncio.Task[None]] = []
 
     @classmethod
-    async def start(cls, path: Path, options: RunnerOptions) -> RunnerProcess:
+    async def start(cls, path: Path, options: EngineSettings) -> RunnerProcess:
         parent, child = socket.socketpair()
         started = time.perf_counter()
         try:
             proc = await asyncio.create_subprocess_exec(
                 sys.executable, "-m", "localrun.runner", "--model", str(path), "--fd", str(child.fileno()),
-                *options.argv(), pass_fds=(child.fileno(),), stdin=asyncio.subprocess.DEVNULL,
+                "--settings", options.to_json(), pass_fds=(child.fileno(),), stdin=asyncio.subprocess.DEVNULL,
                 stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.PIPE, start_new_session=True,
             )
         finally:

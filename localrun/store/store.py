@@ -175,7 +175,7 @@ class Store:
             return self._from_file(reference, link, emit)
         if reference.kind == "name":
             return self._from_catalogue(reference, emit)
-        mirror = config.raw("LOCALRUN_MIRROR")
+        mirror = config.read("LOCALRUN_MIRROR")
         with self.policy.client() as client:
             if reference.kind == "hf":
                 remote = hf_lookup(client, reference.repo, reference.quant, mirror)
@@ -195,7 +195,7 @@ class Store:
             return self._import(bundled, entry.sha256, _Target(entry.name, f"package:{entry.package}", emit, defaults))
         target = _Target(entry.name, catalogue_remote(entry).url, emit, defaults)
         with self.policy.client() as client:
-            return self._download(client, catalogue_remote(entry, config.raw("LOCALRUN_MIRROR")), target)
+            return self._download(client, catalogue_remote(entry, config.read("LOCALRUN_MIRROR")), target)
 
     def _from_file(self, reference: Reference, link: bool, emit: Progress) -> Manifest:
         path = Path(reference.path).expanduser().resolve()
