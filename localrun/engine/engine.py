@@ -43,7 +43,6 @@ class _State:
     stops: StopMatcher
     t_prompt: float = 0.0
     t_first: float = 0.0
-    load_ms: float = 0.0
 
 
 class Engine:
@@ -51,7 +50,6 @@ class Engine:
 
     def __init__(self, model_path: str, settings: EngineSettings | None = None) -> None:
         self.settings = settings = settings or EngineSettings()  # checked when it was built
-        start = time.perf_counter()
         self.model = Model(model_path, settings.gpu_layers)
         self._tuner = ThreadTuner(physical_cores()) if settings.threads is None else None
         self._threads = self._tuner.threads if self._tuner else settings.threads
@@ -76,8 +74,6 @@ class Engine:
         self._embedder: Embedder | None = None
         self._scorer: Scorer | None = None
         self._eog: list[int] | None = None
-        self.load_ms = (time.perf_counter() - start) * 1000
-        self._unbilled_load_ms = self.load_ms
 
     # -- requests ---------------------------------------------------------------------------
 
@@ -91,7 +87,6 @@ class Engine:
         banned = self._eog_tokens() if p.ignore_eos else []
         sampler = Sampler(self.model.vocab, self.model.n_vocab, p, p.seed if p.seed is not None else self.settings.seed, banned)
         state = _State(request, sampler, Detokenizer(self.model.piece), StopMatcher(p.stop))
-        state.load_ms, self._unbilled_load_ms = self._unbilled_load_ms, 0.0
         self.scheduler.add(Sequence(request.id, list(prompt), len(prompt), p.max_tokens, state=state, drafter=drafter))
 
     def _drafter(self, speculative: int | None) -> Drafter | None:
@@ -242,7 +237,7 @@ class Engine:
             prompt_tokens=seq.n_prompt, cached_tokens=seq.n_cached,
             prompt_ms=(first - st.t_prompt) * 1000 if st.t_prompt else 0.0,
             generated_tokens=seq.n_generated, generation_ms=(now - first) * 1000 if st.t_first else 0.0,
-            load_ms=st.load_ms, draft_tokens=seq.drafter.proposed if seq.drafter else 0,
+            draft_tokens=seq.drafter.proposed if seq.drafter else 0,
             draft_accepted=seq.drafter.accepted if seq.drafter else 0)
         return Finished(seq.id, reason, timings, st.stops.matched if reason == "stop" else None)
 
@@ -362,7 +357,6 @@ class Engine:
             "kv_unified": s.kv_unified,
             "speculative": s.speculative if self.can_draft else 0,
             "speculative_exact": self.speculative_exact,
-            "load_ms": self.load_ms,
         }
 
     def close(self) -> None:

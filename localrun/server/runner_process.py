@@ -19,7 +19,6 @@ import os
 import signal
 import socket
 import sys
-import time
 from pathlib import Path
 from typing import Any, AsyncIterator, Callable
 
@@ -41,7 +40,6 @@ class RunnerProcess:
         self._transport: asyncio.Transport | None = None
         self._ready: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
         self.info: dict[str, Any] = {}
-        self.load_ms = 0.0
         self._queues: dict[str, asyncio.Queue[dict[str, Any]]] = {}
         self._ids = itertools.count()
         self._stderr: collections.deque[str] = collections.deque(maxlen=STDERR_TAIL)
@@ -52,7 +50,6 @@ class RunnerProcess:
     @classmethod
     async def start(cls, path: Path, options: EngineSettings) -> RunnerProcess:
         parent, child = socket.socketpair()
-        started = time.perf_counter()
         try:
             proc = await asyncio.create_subprocess_exec(
                 sys.executable, "-m", "localrun.runner", "--model", str(path), "--fd", str(child.fileno()),
@@ -66,7 +63,6 @@ class RunnerProcess:
         runner._transport, _ = await loop.create_unix_connection(lambda: _Lines(runner._line, runner._eof), sock=parent)
         runner._tasks.append(asyncio.create_task(runner._read_stderr()))
         await runner._handshake()
-        runner.load_ms = (time.perf_counter() - started) * 1000.0
         return runner
 
     @property
@@ -76,10 +72,6 @@ class RunnerProcess:
     @property
     def alive(self) -> bool:
         return self._death is None and self.proc.returncode is None
-
-    @property
-    def active(self) -> int:
-        return len(self._queues)
 
     async def _handshake(self) -> None:
         try:
