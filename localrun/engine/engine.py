@@ -22,7 +22,7 @@ from localrun.engine.embed import Embedder
 from localrun.engine.events import Event, Finished, Timings, Token
 from localrun.engine.rowcheck import rows_alike
 from localrun.engine.sampler import Sampler, log_softmax, top_logprobs
-from localrun.engine.scheduler import Chunk, Scheduler
+from localrun.engine.scheduler import Chunk, Copy, Scheduler, Trim
 from localrun.engine.scoring import Scorer
 from localrun.engine.sequence import Request, Sequence, Status
 from localrun.config import EngineSettings
@@ -55,6 +55,7 @@ class Engine:
         self._threads = self._tuner.threads if self._tuner else settings.threads
         self.flash_attn = resolve_flash_attn(settings.flash_attn, settings.kv_cache_type, L.llama_supports_gpu_offload())
         self.can_draft = _can_drop_tail(self.model)
+        can_cut = not (L.llama_model_is_recurrent(self.model.ptr) or L.llama_model_is_hybrid(self.model.ptr))
         try:
             # Whether drafted answers equal plain ones bit for bit here: measured once, when drafting is on.
             self.speculative_exact = rows_alike(
@@ -69,8 +70,7 @@ class Engine:
             raise
         self.memory = L.llama_get_memory(self.ctx)
         self.batch = Batch(settings.batch_size)
-        self.scheduler = Scheduler(settings.parallel, settings.batch_size, self._trim_slot, self._copy_slot,
-                                   settings.ctx_size)
+        self.scheduler = Scheduler(settings.parallel, settings.batch_size, settings.ctx_size, can_cut, share=True)
         self._embedder: Embedder | None = None
         self._scorer: Scorer | None = None
         self._eog: list[int] | None = None
@@ -114,7 +114,10 @@ class Engine:
         Raises LocalrunError if llama.cpp fails to decode; the engine should then be closed.
         """
         events = self._reap_cancelled()
-        for chunks in self.scheduler.schedule().batches():
+        plan = self.scheduler.schedule()
+        for edit in plan.edits:
+            self._edit_cache(edit)
+        for chunks in plan.batches():
             indices = self._evaluate(chunks)
             for chunk, index in zip(chunks, indices):
                 if chunk.draft:
@@ -125,18 +128,15 @@ class Engine:
 
     # -- one step -------------------------------------------------------------------------------
 
-    def _trim_slot(self, slot_id: int, keep: int) -> int:
-        """Cut a slot's cache back to `keep` tokens, or empty it when llama.cpp cannot cut part of it."""
-        if L.llama_memory_seq_rm(self.memory, slot_id, keep, -1):
-            return keep
-        L.llama_memory_seq_rm(self.memory, slot_id, -1, -1)
-        return 0
-
-    def _copy_slot(self, source: int, target: int) -> None:
-        """Make a slot's cache a copy of another's. With a KV stream per slot llama.cpp copies the whole
-        stream at the start of the next `llama_decode`, cell for cell: the copy attends exactly as the
-        original (with one unified buffer the two sequences share cells instead)."""
-        L.llama_memory_seq_cp(self.memory, source, target, -1, -1)
+    def _edit_cache(self, edit: Trim | Copy) -> None:
+        """Make one of the scheduler's cache edits. A copy: with a KV stream per slot llama.cpp copies the
+        whole stream at the start of the next `llama_decode`, cell for cell, so the copy attends exactly
+        as the original (with one unified buffer the two sequences share cells instead). A trim: the
+        scheduler plans one only where llama.cpp can make it (`can_cut`), so a refusal is a bug."""
+        if isinstance(edit, Copy):
+            L.llama_memory_seq_cp(self.memory, edit.source, edit.target, -1, -1)
+        elif not L.llama_memory_seq_rm(self.memory, edit.slot, edit.keep, -1):
+            raise LocalrunError(f"llama.cpp could not cut slot {edit.slot}'s cache back to {edit.keep} tokens")
 
     def _evaluate(self, chunks: list[Chunk]) -> list[int]:
         """Fill the batch with the chunks and decode it; returns each chunk's last batch index."""
@@ -213,7 +213,9 @@ class Engine:
             events.extend(self._next_token(seq, first + j))
             if j == len(draft) or seq.status is Status.FINISHED or seq.tokens[-1] != draft[j]:
                 break
-        self.scheduler.settle(chunk, j)
+        trim = self.scheduler.settle(chunk, j)
+        if trim is not None:
+            self._edit_cache(trim)
         return events
 
     def _length_reached(self, seq: Sequence) -> str | None:
