@@ -21,7 +21,8 @@ from localrun.engine.drafts import Drafter
 from localrun.engine.embed import Embedder
 from localrun.engine.events import Event, Finished, Timings, Token
 from localrun.engine.rowcheck import rows_alike
-from localrun.engine.sampler import Sampler, log_softmax, top_logprobs
+from localrun.engine.logprobs import log_softmax, logits_at, top_n
+from localrun.engine.sampler import Sampler
 from localrun.engine.scheduler import Chunk, Copy, Scheduler, Trim
 from localrun.engine.scoring import Scorer
 from localrun.engine.sequence import Request, Sequence, Status
@@ -178,7 +179,7 @@ class Engine:
             st.t_first = time.perf_counter()
             return [self._finish(seq, "length")]
         want = st.request.sampling.logprobs
-        logprobs = log_softmax(self.ctx, index, self.model.n_vocab) if want is not None else None
+        logprobs = log_softmax(logits_at(self.ctx, index, self.model.n_vocab)) if want is not None else None
         token = st.sampler.sample(self.ctx, index)
         if seq.n_generated == 0:
             st.t_first = time.perf_counter()
@@ -226,7 +227,7 @@ class Engine:
     def _token_event(self, seq: Sequence, token: int, text: str, logprobs, want: int | None) -> Token:
         if logprobs is None:
             return Token(seq.id, text, token)
-        top = [(self.model.token_text(t), lp) for t, lp in top_logprobs(logprobs, want)] if want else None
+        top = [(self.model.token_text(t), lp) for t, lp in top_n(logprobs, want)] if want else None
         return Token(seq.id, text, token, float(logprobs[token]), top)
 
     def _finish(self, seq: Sequence, reason: str) -> Finished:
