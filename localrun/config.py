@@ -165,7 +165,7 @@ class EngineSettings:
     embed_ctx_size: int = 2048  # context of the lazily created embeddings context
     kv_unified: bool = False  # one KV buffer shared by all slots (see above)
     speculative: int = 0  # draft length for requests that do not choose one; 0 = no speculative decoding
-    safe_mode: bool = False  # load with no extra buffer types (llama.cpp's CPU repacking): the fallback load
+    safe_mode: bool = False  # plain CPU weights: no repacking, no AMX (after a load crashed; see cpu_features)
 
     def __post_init__(self) -> None:
         for name, rule in ENGINE_RULES.items():

@@ -29,11 +29,16 @@ def build_info() -> dict:
     """What `localrun doctor` shows about the inference build."""
     import llama_cpp
 
+    from localrun.engine.backend import extra_buffer_types, init_backend, system_info
     from localrun.engine.settings import physical_cores
 
+    plan = init_backend()
     return {
         "llama_cpp_python": llama_cpp.__version__,
-        "system_info": llama_cpp.llama_print_system_info().decode(errors="replace").strip(),
+        "system_info": system_info(),
+        "cpu": plan.lines(),
+        "cpu_missing": [f.name for f in plan.missing],
+        "extra_buffer_types": extra_buffer_types(),
         "supports_gpu_offload": bool(llama_cpp.llama_supports_gpu_offload()),
         "supports_mmap": bool(llama_cpp.llama_supports_mmap()),
         "max_devices": int(llama_cpp.llama_max_devices()),
