@@ -4,6 +4,8 @@ runner serves, when a request is refused, what is evicted and when keep-alive un
 from __future__ import annotations
 
 import asyncio
+import threading
+import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -165,6 +167,31 @@ async def use(m: ModelManager, *names: str) -> None:
     for name in names:
         async with m.lease(name):
             pass
+
+
+def test_resolving_a_name_does_not_hold_up_requests_to_a_loaded_model():
+    """The store reads manifests and GGUF headers from disk: a slow disk must not stall the event loop."""
+    async def main():
+        m, _ = manager()
+        await use(m, "a")
+        disk = threading.Event()
+        plain = m.store.resolve
+
+        def resolve(name: str) -> StubModel:
+            if name == "b":
+                disk.wait(10)
+            return plain(name)
+
+        m.store.resolve = resolve
+        started = time.monotonic()
+        slow = asyncio.create_task(use(m, "b"))
+        await asyncio.sleep(0)  # the request for "b" starts resolving its name
+        await use(m, "a")  # and one for "a" is served meanwhile
+        assert time.monotonic() - started < 5 and not slow.done()
+        disk.set()
+        await slow
+        await m.close()
+    run(main())
 
 
 def test_memory_budget_evicts_to_fit():

@@ -125,9 +125,9 @@ class ModelManager:
             asyncio.get_running_loop().create_task(self._unload_if_idle(loaded))
 
     async def _acquire(self, name: str, num_ctx: int | None, keep: float) -> Loaded:
+        model = await asyncio.to_thread(self.store.resolve, name)  # reads manifests and GGUF headers: off the loop
         if self.closing:
             raise DaemonUnavailable("the server is shutting down")
-        model = self.store.resolve(name)
         _check_context(model, num_ctx)
         loaded = self.loaded.get(model.digest)
         if loaded is not None and not self._stale(loaded, num_ctx):
@@ -317,7 +317,8 @@ class ModelManager:
 
     async def unload_name(self, name: str) -> bool:
         """Expire `name` if it is loaded (keep_alive 0 with an empty prompt)."""
-        return await self.expire(self.store.resolve(name).digest)
+        model = await asyncio.to_thread(self.store.resolve, name)
+        return await self.expire(model.digest)
 
     def _ensure_reaper(self) -> None:
         if self._reaper is None or self._reaper.done():
