@@ -26,6 +26,7 @@ class StubModel:
     path: Path
     size: int = 1000
     facts: object = field(default_factory=lambda: type("Facts", (), {"kv_bytes_per_token": 0})())
+    defaults: dict = field(default_factory=dict)
 
 
 @dataclass
@@ -190,6 +191,18 @@ def test_resolving_a_name_does_not_hold_up_requests_to_a_loaded_model():
         assert time.monotonic() - started < 5 and not slow.done()
         disk.set()
         await slow
+        await m.close()
+    run(main())
+
+
+def test_a_models_default_context_applies_unless_the_request_names_one():
+    async def main():
+        m, spawned = manager()
+        m.store.models["a"].defaults["num_ctx"] = 1024
+        await use(m, "a", "b")
+        assert [x.options.ctx_size for x in spawned] == [1024, 512]  # the model's default, else LOCALRUN_CTX_SIZE
+        async with m.lease("a", num_ctx=2048) as loaded:
+            assert loaded.options.ctx_size == 2048
         await m.close()
     run(main())
 

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any, AsyncIterator
 
 from localrun.native import Delta, Done, Event, GenerateRequest, Timings, TokenLogprob, decode_event
+from localrun.server.defaults import with_model_defaults
 from localrun.server.manager import ModelManager
 from localrun.server.metrics import Observer
 
@@ -36,6 +37,7 @@ async def start(manager: ModelManager, request: GenerateRequest) -> Generation:
     try:
         loaded = await stack.enter_async_context(manager.lease(request.model, request.num_ctx, request.keep_alive))
         load_ms = (time.perf_counter() - started) * 1000.0  # the one load time: how long this request waited for it
+        request = with_model_defaults(request, loaded.model.defaults)
         stream = loaded.runner.stream("generate", request=request.to_dict())
         stack.push_async_callback(stream.aclose)
         accepted = await anext(stream)

@@ -26,6 +26,7 @@ from localrun.durations import parse_duration
 from localrun.errors import DaemonUnavailable, InvalidRequest, LoadCrashed, Overloaded
 from localrun.server.memory import estimate_bytes, memory_budget
 from localrun.safe_mode import SafeModeMemory
+from localrun.server.defaults import context_size
 from localrun.server.runner_process import RunnerProcess
 
 log = logging.getLogger("localrun.manager")
@@ -128,6 +129,7 @@ class ModelManager:
         model = await asyncio.to_thread(self.store.resolve, name)  # reads manifests and GGUF headers: off the loop
         if self.closing:
             raise DaemonUnavailable("the server is shutting down")
+        num_ctx = context_size(num_ctx, model.defaults)
         _check_context(model, num_ctx)
         loaded = self.loaded.get(model.digest)
         if loaded is not None and not self._stale(loaded, num_ctx):
