@@ -101,7 +101,18 @@ def _duration(text: str) -> float:
 
 
 def _flag(text: str) -> bool:
+    """Lenient: anything but an explicit no is yes (LOCALRUN_DEBUG is read while reporting an error)."""
     return text.strip().lower() not in ("", "0", "false", "no", "off")
+
+
+_SWITCH = {"on": True, "1": True, "true": True, "yes": True, "off": False, "0": False, "false": False, "no": False}
+
+
+def _switch(text: str) -> bool:
+    word = text.strip().lower()
+    if word not in _SWITCH:
+        raise ValueError(text)
+    return _SWITCH[word]
 
 
 def _csv(value: str) -> tuple[str, ...]:
@@ -237,6 +248,8 @@ SETTINGS: tuple[Setting, ...] = (
                                                    "tokens) or the most tokens drafted per step; requests may choose "
                                                    "their own."),
     _engine("LOCALRUN_GPU_LAYERS", "gpu_layers", "Layers to offload to the GPU when the build supports it (auto = all)."),
+    Setting("LOCALRUN_UI", "on", "Serve the web chat page at / (on or off; `serve --no-ui` turns it off too).",
+            Rule("on or off", _switch)),
     Setting("LOCALRUN_DEBUG", "", "Set to 1 for tracebacks and debug logs.", Rule("1 or 0", _flag)),
 )
 
@@ -282,6 +295,7 @@ class Settings:
     max_tokens: int
     max_inputs: int
     engine: EngineSettings
+    ui: bool  # the web chat page at /
     debug: bool
 
     @classmethod
@@ -306,7 +320,7 @@ class Settings:
             max_loaded_models=get("LOCALRUN_MAX_LOADED_MODELS"), memory_budget=get("LOCALRUN_MEMORY_BUDGET"),
             max_queue=get("LOCALRUN_MAX_QUEUE"), max_body=get("LOCALRUN_MAX_BODY"),
             max_messages=get("LOCALRUN_MAX_MESSAGES"), max_tokens=get("LOCALRUN_MAX_TOKENS"),
-            max_inputs=get("LOCALRUN_MAX_INPUTS"), engine=engine, debug=get("LOCALRUN_DEBUG"),
+            max_inputs=get("LOCALRUN_MAX_INPUTS"), engine=engine, ui=get("LOCALRUN_UI"), debug=get("LOCALRUN_DEBUG"),
         )
 
 

@@ -41,6 +41,7 @@ def serve(
     speculative: Optional[str] = typer.Option(None, "--speculative",
                                               help="Speculative decoding: off, on or a draft length "
                                                    "(overrides LOCALRUN_SPECULATIVE)."),
+    no_ui: bool = typer.Option(False, "--no-ui", help="Serve no web chat page at / (as LOCALRUN_UI=off)."),
 ) -> None:
     """Run the daemon in the foreground (logs to stderr; Ctrl-C or SIGTERM stops it gracefully)."""
     import signal
@@ -53,7 +54,7 @@ def serve(
 
     config = Settings.from_env(flags={  # every setting checked here, before anything starts
         "LOCALRUN_GPU_LAYERS": ("--gpu-layers", gpu_layers), "LOCALRUN_KV_CACHE_TYPE": ("--kv-cache-type", kv_cache_type),
-        "LOCALRUN_SPECULATIVE": ("--speculative", speculative),
+        "LOCALRUN_SPECULATIVE": ("--speculative", speculative), "LOCALRUN_UI": ("--no-ui", "off" if no_ui else None),
     })
     address = parse_address(host or config.host)
     address = replace(address, port=port) if port is not None else address

@@ -24,8 +24,8 @@ from typing import Any, AsyncIterator, Awaitable, Callable, Iterator
 from localrun.config import EngineSettings, Settings
 from localrun.durations import parse_duration
 from localrun.errors import DaemonUnavailable, InvalidRequest, LoadCrashed, Overloaded
-from localrun.server.memory import estimate_bytes, memory_budget
 from localrun.safe_mode import SafeModeMemory
+from localrun.server.memory import estimate_bytes, memory_budget
 from localrun.server.defaults import context_size
 from localrun.server.runner_process import RunnerProcess
 
