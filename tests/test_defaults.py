@@ -44,3 +44,31 @@ def test_every_dialects_request_passes_the_same_precedence():
     for request in (ollama, openai):
         out = with_model_defaults(request, MODEL)
         assert (out.num_ctx, out.sampling.max_tokens, out.sampling.stop, out.sampling.seed) == (1024, 64, ["<end>"], 7)
+
+
+def test_a_models_defaults_reach_a_real_daemon_through_every_dialect(tmp_path, monkeypatch, smollm2_path):
+    """A model whose manifest says num_ctx 1024 and num_predict 3 loads with that context and answers
+    3 tokens when a request names no length; a request that names one gets it."""
+    import httpx
+
+    from localrun.store import Store
+    from tests.daemon import start_daemon
+
+    home = tmp_path / "home"
+    monkeypatch.setenv("LOCALRUN_HOME", str(home))
+    Store().import_file(smollm2_path, "short:1", source="test", defaults={"num_ctx": 1024, "num_predict": 3})
+    daemon = start_daemon(home, {"LOCALRUN_PARALLEL": "1"}, pull=False)
+    messages = [{"role": "user", "content": "Tell me a long story."}]
+    try:
+        openai = httpx.post(f"{daemon.url}/v1/chat/completions", timeout=120, json={
+            "model": "short:1", "messages": messages, "temperature": 0, "ignore_eos": True}).json()
+        ollama = httpx.post(f"{daemon.url}/api/chat", timeout=120, json={
+            "model": "short:1", "messages": messages, "stream": False, "options": {"temperature": 0}}).json()
+        asked = httpx.post(f"{daemon.url}/v1/chat/completions", timeout=120, json={
+            "model": "short:1", "messages": messages, "temperature": 0, "ignore_eos": True, "max_tokens": 5}).json()
+        running = httpx.get(f"{daemon.url}/api/ps", timeout=10).json()["models"]
+    finally:
+        daemon.stop()
+    assert openai["usage"]["completion_tokens"] == 3 and openai["choices"][0]["finish_reason"] == "length"
+    assert ollama["eval_count"] <= 3 and asked["usage"]["completion_tokens"] == 5
+    assert [m["context_length"] for m in running] == [1024]
