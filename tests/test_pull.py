@@ -126,7 +126,7 @@ def test_catalogue_sha256_is_enforced(server, store, tiny, monkeypatch):
     assert_nothing_stored(store)
     monkeypatch.setattr(store_module, "load_catalogue", lambda: good)
     model = store.pull("tiny")
-    assert model.name == "tiny:1" and model.defaults == {"num_ctx": 256}
+    assert model.name == "tiny:1" and model.defaults == {}  # the catalogue's ctx is a fact of the model, not a default
     assert model.source == "https://huggingface.co/u/r/resolve/main/Tiny-Q4_K_M.gguf"
 
 

@@ -42,7 +42,10 @@ def _root(
 
 
 def debugging() -> bool:
-    return os.environ.get("LOCALRUN_DEBUG", "") not in ("", "0", "false")
+    """`--debug` or LOCALRUN_DEBUG, read through the setting's one rule (a flag never fails to parse)."""
+    from localrun.config import read
+
+    return read("LOCALRUN_DEBUG")
 
 
 def fail(message: str, code: int = 1) -> typer.Exit:

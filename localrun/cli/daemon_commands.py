@@ -20,9 +20,9 @@ if TYPE_CHECKING:
 def target(host: Optional[str]) -> Address:
     """The daemon address from `--host` or LOCALRUN_HOST."""
     from localrun.client.address import parse_address
-    from localrun.config import raw
+    from localrun.config import read
 
-    return parse_address(host or raw("LOCALRUN_HOST"))
+    return parse_address(host or read("LOCALRUN_HOST"))
 
 
 HOST_HELP = "Daemon address (HOST[:PORT] or URL); default LOCALRUN_HOST."
@@ -48,15 +48,15 @@ def serve(
     from dataclasses import replace
 
     from localrun.cli import daemon
-    from localrun.config import Config, check_kv_cache_type, parse_speculative
-    from localrun.errors import DaemonUnavailable, UsageError
+    from localrun.client.address import parse_address
+    from localrun.config import Settings
+    from localrun.errors import DaemonUnavailable
 
-    if gpu_layers not in (None, "auto") and not gpu_layers.lstrip("-").isdigit():
-        raise UsageError(f"--gpu-layers must be a number of layers or auto, got {gpu_layers!r}")
-    if kv_cache_type is not None:
-        check_kv_cache_type(kv_cache_type, Config.from_env().flash_attn)
-    drafts = parse_speculative(speculative) if speculative is not None else None
-    address = target(host)
+    config = Settings.from_env(flags={  # every setting checked here, before anything starts
+        "LOCALRUN_GPU_LAYERS": ("--gpu-layers", gpu_layers), "LOCALRUN_KV_CACHE_TYPE": ("--kv-cache-type", kv_cache_type),
+        "LOCALRUN_SPECULATIVE": ("--speculative", speculative), "LOCALRUN_UI": ("--no-ui", "off" if no_ui else None),
+    })
+    address = parse_address(host or config.host)
     address = replace(address, port=port) if port is not None else address
     bind = address.host or "127.0.0.1"
     running = daemon.read_pid(address.port)
@@ -69,11 +69,6 @@ def serve(
     signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(0))
     daemon.write_pid_file(address.port)
     try:
-        config = Config.from_env()
-        config = replace(config, gpu_layers=gpu_layers or config.gpu_layers,
-                         kv_cache_type=kv_cache_type or config.kv_cache_type,
-                         speculative=config.speculative if drafts is None else drafts,
-                         ui=config.ui and not no_ui)
         run_server(config, bind, address.port, insecure=insecure)
     finally:
         daemon.remove_pid_file(address.port)

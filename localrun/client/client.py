@@ -38,11 +38,10 @@ class Client:
     @classmethod
     def from_host(cls, host: str | None = None) -> Client:
         """From `--host` (or LOCALRUN_HOST when None) and LOCALRUN_API_KEY's first key."""
-        from localrun.config import Config
+        from localrun.config import read
 
-        config = Config.from_env()
-        keys = config.api_keys
-        return cls(parse_address(host or config.host).base_url, keys[0] if keys else "")
+        keys = read("LOCALRUN_API_KEY")
+        return cls(parse_address(host or read("LOCALRUN_HOST")).base_url, keys[0] if keys else "")
 
     def close(self) -> None:
         self._http.close()

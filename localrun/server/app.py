@@ -9,13 +9,13 @@ from typing import Any, AsyncIterator
 from fastapi import FastAPI
 
 from localrun import __version__
-from localrun.config import Config
+from localrun.config import Settings
 from localrun.server import errors, metrics, security
 from localrun.server.manager import ModelManager
 
 
-def create_app(config: Config | None = None, store: Any = None, manager: ModelManager | None = None) -> FastAPI:
-    config = config or Config.from_env()
+def create_app(config: Settings | None = None, store: Any = None, manager: ModelManager | None = None) -> FastAPI:
+    config = config or Settings.from_env()
     if store is None:
         from localrun.store import Store
 

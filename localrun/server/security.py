@@ -30,10 +30,9 @@ from urllib.parse import urlsplit
 from starlette.middleware.cors import CORSMiddleware
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from localrun.config import Config
+from localrun.config import Settings
 from localrun.errors import UsageError
 from localrun.server.errors import error_response
-from localrun.server.memory import parse_size
 
 OPEN_PATHS = frozenset({"/health", "/"})
 OPEN_PREFIX = "/ui/"  # the chat page's files (server/web): public, they ship in the package
@@ -116,8 +115,8 @@ class Limits:
     max_depth: int = MAX_JSON_DEPTH
 
     @classmethod
-    def from_config(cls, config: Config) -> Limits:
-        return cls(parse_size(config.max_body), config.max_messages, config.max_tokens, config.max_inputs)
+    def from_config(cls, config: Settings) -> Limits:
+        return cls(config.max_body, config.max_messages, config.max_tokens, config.max_inputs)
 
     def check(self, data: Any) -> str | None:
         """Why a parsed request body is refused, or None. Field names cover every dialect."""
@@ -142,7 +141,7 @@ class Limits:
         return None
 
 
-def check_bind(host: str, config: Config, insecure: bool) -> None:
+def check_bind(host: str, config: Settings, insecure: bool) -> None:
     """Refuse to serve a non-loopback address without an API key, unless the user insists."""
     if is_loopback(split_host(host)) or config.api_keys or insecure:
         return
@@ -260,7 +259,7 @@ def _replay(body: bytes, receive: Receive) -> Receive:
     return replay
 
 
-def install(app: Any, config: Config) -> None:
+def install(app: Any, config: Settings) -> None:
     """Add the guards to `app`; `config.host` must be the address the daemon is bound to."""
     origins = origin_pattern(config.origins)
     # Starlette runs the last added middleware first: add from the inside out.

@@ -9,12 +9,12 @@ from typing import Any, Callable
 
 import uvicorn
 
-from localrun.config import Config
+from localrun.config import Settings
 
 GRACEFUL_SHUTDOWN_S = 10
 
 
-def run_server(config: Config, host: str, port: int, insecure: bool = False) -> None:
+def run_server(config: Settings, host: str, port: int, insecure: bool = False) -> None:
     """Serve until SIGINT/SIGTERM. Then requests in flight end at once with a final "the server is
     shutting down" error (streams get it as their last event), connections get `GRACEFUL_SHUTDOWN_S`
     to close, and the runners stop.

@@ -175,7 +175,7 @@ class Store:
             return self._from_file(reference, link, emit)
         if reference.kind == "name":
             return self._from_catalogue(reference, emit)
-        mirror = config.raw("LOCALRUN_MIRROR")
+        mirror = config.read("LOCALRUN_MIRROR")
         with self.policy.client() as client:
             if reference.kind == "hf":
                 remote = hf_lookup(client, reference.repo, reference.quant, mirror)
@@ -189,13 +189,14 @@ class Store:
             close = load_catalogue().suggest(str(reference.name))
             hint = f"; did you mean {', '.join(close)}?" if close else " (see models.toml)"
             raise ModelNotFound(f"model {str(reference.name).removesuffix(':latest')!r} is not in the catalogue{hint}")
-        defaults = {"num_ctx": entry.ctx}
+        # The catalogue's `ctx` is the model's trained context, not a default to load with: as a default
+        # num_ctx it would beat LOCALRUN_CTX_SIZE (server/defaults.py) with up to 131072 tokens a slot.
         bundled = _package_file(entry)
         if bundled:
-            return self._import(bundled, entry.sha256, _Target(entry.name, f"package:{entry.package}", emit, defaults))
-        target = _Target(entry.name, catalogue_remote(entry).url, emit, defaults)
+            return self._import(bundled, entry.sha256, _Target(entry.name, f"package:{entry.package}", emit))
+        target = _Target(entry.name, catalogue_remote(entry).url, emit)
         with self.policy.client() as client:
-            return self._download(client, catalogue_remote(entry, config.raw("LOCALRUN_MIRROR")), target)
+            return self._download(client, catalogue_remote(entry, config.read("LOCALRUN_MIRROR")), target)
 
     def _from_file(self, reference: Reference, link: bool, emit: Progress) -> Manifest:
         path = Path(reference.path).expanduser().resolve()

@@ -181,7 +181,7 @@ async def _answer(request: Request, body: Body, translate: Callable[[Any, int], 
     if t.is_load_only(body):
         reason = await _load(manager, body)
         return t.load_answer(body, reason, time.perf_counter_ns() - started)
-    native = translate(body, request.app.state.config.ctx_size)
+    native = translate(body, request.app.state.config.engine.ctx_size)
     if body.stream:
         gen = await generation.start(manager, native)
         return ndjson_stream(_lines(gen, body.model, piece, final, started), _stream_error)
