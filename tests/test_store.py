@@ -129,14 +129,63 @@ def test_a_name_pulled_again_from_another_file_frees_the_old_blob(store, tmp_pat
 
 def test_unknown_names_get_suggestions(store, tiny):
     store.pull(str(tiny))
-    with pytest.raises(ModelNotFound, match=r"run `localrun pull tyni`.*tiny"):
-        store.resolve("tyni")
+    with pytest.raises(ModelNotFound, match=r"^model 'tyni' is not pulled; did you mean tiny\?$"):
+        store.resolve("tyni")  # a typo: the close names, never `localrun pull tyni`
+    with pytest.raises(ModelNotFound, match=r"^model 'smolm2' is not pulled; did you mean smollm2"):
+        store.show("smolm2")
+    with pytest.raises(ModelNotFound, match=r"^model 'smollm2:360m' is not pulled: run `localrun pull smollm2:360m`"):
+        store.resolve("smollm2:360m")  # in the catalogue: pulling it is the answer
     with pytest.raises(ModelNotFound, match="not in the catalogue; did you mean.*smollm2"):
         store.pull("smollm3")
-    with pytest.raises(ModelNotFound):
-        store.remove("nothing")
+    with pytest.raises(ModelNotFound, match=r"^model 'qqqq' is not pulled \(`localrun list`"):
+        store.remove("qqqq")
+    with pytest.raises(ModelNotFound, match=r"^model 'tiy' is not pulled; did you mean tiny\?$"):
+        store.remove("tiy")  # rm suggests only names that are here
     with pytest.raises(InvalidName):
         store.copy("tiny", "../escape")
+
+
+def test_cp_never_replaces_another_model_unless_forced(store, tmp_path):
+    a = store.pull(str(write_tiny_gguf(tmp_path / "a.gguf", seed=1)))
+    b = store.pull(str(write_tiny_gguf(tmp_path / "b.gguf", seed=2)))
+    store.copy("b", "good")
+    with pytest.raises(UsageError, match=r"^b:latest already names another model \(.*cp --force"):
+        store.copy("a", "b")
+    assert store.resolve("b").digest == b.digest
+    store.copy("a", "a:latest")  # the same file again: nothing to refuse
+    store.copy("a", "b", force=True)
+    assert store.resolve("b").digest == a.digest and b.path.exists()  # good:latest still uses it
+    assert store.remove("good") == []  # the last name of b's file: nothing else keeps it
+    assert not b.path.exists() and a.path.exists()
+    assert store.remove("a") == ["b:latest"]  # b now names a's file, which stays
+    assert a.path.exists()
+    assert_blobs_verified(store)
+
+
+def test_collection_keeps_the_blob_of_a_manifest_it_cannot_parse(store, tmp_path):
+    a = store.pull(str(write_tiny_gguf(tmp_path / "a.gguf", seed=1)))
+    store.pull(str(write_tiny_gguf(tmp_path / "b.gguf", seed=2)))
+    manifest = store.layout.manifests / "a" / "latest"
+    manifest.write_text(manifest.read_text().replace('"schema"', '"sch'))  # no longer JSON, digest still in it
+    store.remove("b")
+    assert a.path.exists()
+
+
+def test_a_linked_model_is_present_for_every_command_by_name(store, tiny):
+    linked = store.pull(str(tiny), link=True)
+    for name in ("tiny", "tiny:latest"):
+        assert store.pull(name).path == tiny == linked.path  # what run, batch, score and /load call
+    os.utime(tiny, ns=(1, 1))
+    with pytest.raises(StoreError, match="changed since it was pulled"):
+        store.pull("tiny")
+
+
+def test_pull_of_a_directory_says_so(store, tmp_path):
+    (tmp_path / "models.gguf").mkdir()
+    with pytest.raises(UsageError, match=r"models.gguf is a directory; pull takes one .gguf file"):
+        store.pull(str(tmp_path / "models.gguf"))
+    with pytest.raises(UsageError, match="is a directory"):
+        store.pull(str(tmp_path) + "/")
 
 
 def test_list_ignores_temp_files_and_a_missing_blob_is_reported(store, tiny):

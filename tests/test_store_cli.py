@@ -82,10 +82,22 @@ def test_list_show_cp_rm(capsys, monkeypatch, tiny):
     assert run(capsys, monkeypatch, "list")[1].split() == header.split()  # only the header is left
 
 
+def test_cp_onto_another_model_needs_force(capsys, monkeypatch, tmp_path):
+    for seed in (1, 2):
+        run(capsys, monkeypatch, "pull", str(write_tiny_gguf(tmp_path / f"m{seed}.gguf", seed=seed)), "--quiet")
+    code, out, err = run(capsys, monkeypatch, "cp", "m1", "m2")
+    assert (code, out) == (2, "") and err.startswith("error: m2:latest already names another model (")
+    assert err.count("\n") == 1 and "--force" in err
+    assert run(capsys, monkeypatch, "cp", "m1", "m2", "--force")[:2] == (0, "copied m1 to m2:latest\n")
+
+
 @pytest.mark.parametrize("args,code,pattern", [
     (["pull", "smollm3"], 1, "error: model 'smollm3' is not in the catalogue; did you mean smollm"),
-    (["show", "tiny"], 1, "error: model 'tiny' is not pulled: run `localrun pull tiny`"),
-    (["rm", "nothing"], 1, "error: model 'nothing' is not pulled"),
+    (["show", "tiny"], 1, "error: model 'tiny' is not pulled, and the catalogue has no such model"),
+    (["show", "smolm2"], 1, "error: model 'smolm2' is not pulled; did you mean smollm2"),
+    (["rm", "nothing"], 1, "error: model 'nothing' is not pulled ("),
+    (["pull", "ftp://foo/x.gguf"], 2, "error: unsupported URL scheme 'ftp' in 'ftp://foo/x.gguf'"),
+    (["pull", "/usr/"], 2, "error: /usr is a directory; pull takes one .gguf file"),
     (["pull", "bad:name:here"], 2, "error: invalid model name"),
     (["pull", "smollm2", "--link"], 2, "error: --link works only with a local file"),
     (["cp", "nothing", "x"], 1, "error: model 'nothing' is not pulled"),

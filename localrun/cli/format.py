@@ -1,8 +1,11 @@
-"""Human-readable sizes, durations and tables for CLI output. Pure functions."""
+"""Human-readable sizes, durations and tables for CLI output (pure functions), and the one JSON line printer."""
 
 from __future__ import annotations
 
+import json
+import sys
 from datetime import datetime, timezone
+from typing import Any
 
 
 def human_size(n: int) -> str:
@@ -58,4 +61,10 @@ def table(header: list[str], rows: list[list[str]]) -> str:
     return "\n".join(lines)
 
 
-__all__ = ["human_size", "until", "processor", "table"]
+def print_json(data: Any) -> None:
+    """One JSON value on one stdout line (flushed: scripts read progress events as they come)."""
+    sys.stdout.write(json.dumps(data, ensure_ascii=False) + "\n")
+    sys.stdout.flush()
+
+
+__all__ = ["human_size", "until", "processor", "table", "print_json"]

@@ -17,6 +17,7 @@ import typer
 
 from localrun.cli import generation as g
 from localrun.cli.app import app
+from localrun.cli.format import print_json
 
 UNQUANTIZED = ("", "F32", "F16", "BF16")
 
@@ -37,7 +38,7 @@ def quantize(
     source = store.resolve(src)
     parse_name(dst)  # a bad name fails before any work
     show_bar = sys.stderr.isatty() and not (quiet or as_json)
-    report = _json_line if as_json else _Bar() if show_bar else (lambda event: None)
+    report = print_json if as_json else _Bar() if show_bar else (lambda event: None)
     partial = store.temp_file("quantize")
     try:
         done = _run_child(source, partial, type_, report)
@@ -49,7 +50,7 @@ def quantize(
             report.close()
         partial.unlink(missing_ok=True)
     if as_json:
-        _json_line({"event": "success", "model": result.to_dict()})
+        print_json({"event": "success", "model": result.to_dict()})
     else:
         typer.echo(f"quantized {source.name} to {result.name} ({done['type']}, {result.short_id}, "
                    f"{result.size / 1e6:.0f} MB from {source.size / 1e6:.0f} MB)")
@@ -118,11 +119,6 @@ class _Bar:
         self.progress.stop()
 
 
-def _json_line(data: dict[str, Any]) -> None:
-    sys.stdout.write(json.dumps(data, ensure_ascii=False) + "\n")
-    sys.stdout.flush()
-
-
 @app.command()
 def perplexity(
     model: str = typer.Argument(..., help="Model name, e.g. smollm2 or smollm2:q8_0."),
@@ -138,7 +134,7 @@ def perplexity(
     with client:
         result = client.perplexity(model, text, ctx=ctx, batch=batch)
     if as_json:
-        _json_line(result)
+        print_json(result)
         return
     typer.echo(f"perplexity {result['perplexity']:.4f}  ({result['scored']} of {result['tokens']} tokens scored "
                f"in {result['chunks']} chunks of {result['ctx']}, {result['seconds']:.1f} s)")

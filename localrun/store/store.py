@@ -31,7 +31,8 @@ from localrun.store.ggufinfo import read_info
 from localrun.store.hub import hf_lookup
 from localrun.store.digests import hash_file
 from localrun.store.layout import Layout, digest_key, install_blob, url_key
-from localrun.store.manifests import Link, Manifest, iter_manifests, read_manifest, remove_manifest, write_manifest
+from localrun.store.manifests import (Link, Manifest, iter_manifests, read_manifest, referenced_digests, remove_manifest,
+                                      write_manifest)
 from localrun.store.model import Model, ModelInfo, PullProgress
 from localrun.store.names import Name, Reference, parse_name, parse_reference
 from localrun.store.sources import Remote, catalogue_remote, rewrite_host
@@ -99,23 +100,30 @@ class Store:
                 manifest = self._commit(target, digest, self._validate(path, digest, target), path)
         return self._model(manifest)
 
-    def remove(self, ref: str) -> None:
-        """Delete a model's manifest and every blob no manifest references any more."""
+    def remove(self, ref: str) -> list[str]:
+        """Delete a model's manifest and every blob no manifest references any more. Returns the
+        other names that still use its file (its runner must stay loaded for them)."""
         manifest = self._find(parse_reference(ref))
         if manifest is None:
-            raise self._not_pulled(ref)
+            raise self._not_pulled(ref, pull_hint=False)
         with _os_errors(), self._lock("gc"):
             remove_manifest(self.layout, manifest.name)
             self._collect_garbage()
+            return [str(m.name) for m in iter_manifests(self.layout) if m.digest == manifest.digest]
 
-    def copy(self, src: str, dst: str) -> Model:
-        """Give a present model a second name; both point at the same blob."""
+    def copy(self, src: str, dst: str, *, force: bool = False) -> Model:
+        """Give a present model a second name; both point at the same blob. A name that already points
+        at another file is replaced only with `force` (its blob is collected when no name uses it)."""
         manifest = self._find(parse_reference(src))
         if manifest is None:
             raise self._not_pulled(src)
         copy = Manifest(parse_name(dst), manifest.digest, manifest.size, manifest.source, _now(),
                         manifest.facts, manifest.link, manifest.defaults, manifest.origin)
         with _os_errors(), self._lock("gc"):
+            old = read_manifest(self.layout, copy.name)
+            if old is not None and not force and old.digest != manifest.digest:
+                raise UsageError(f"{copy.name} already names another model ({old.digest.removeprefix('sha256:')[:12]}"
+                                 f"); `localrun rm {copy.name}` first, or cp --force to replace it")
             self._replace_manifest(copy)
         return self._model(copy)
 
@@ -139,17 +147,32 @@ class Store:
         if reference.kind == "path":
             return None  # a local file may have changed under the same name: always re-import
         manifest = self._find(reference)
-        if manifest is None or manifest.link or not self.layout.blob(manifest.digest).is_file():
+        if manifest is not None and manifest.link:
+            if reference.kind != "name":
+                return None  # a download or Hub pull of the same name replaces the link
+            self._check_file(manifest, Path(manifest.link.path))  # nothing to fetch: used in place
+            return manifest
+        if manifest is None or not self.layout.blob(manifest.digest).is_file():
             return None
         if reference.kind == "url" and manifest.source != reference.url:
             return None
         return manifest
 
-    def _not_pulled(self, ref: str) -> ModelNotFound:
+    def _not_pulled(self, ref: str, pull_hint: bool = True) -> ModelNotFound:
+        """The error for a name the store lacks. `localrun pull REF` is offered only for what a pull could
+        fetch (a catalogue name, a Hub repo, a URL), and never by `rm`: a typo gets the close names instead."""
         local = [m.name.removesuffix(":latest") for m in self.list()]
         close = load_catalogue().suggest(ref, local)
-        hint = f"; did you mean {', '.join(close)}?" if close else ""
-        return ModelNotFound(f"model {ref!r} is not pulled: run `localrun pull {ref}`{hint}")
+        if not pull_hint:
+            close = [name for name in close if name in local]
+        reference = parse_reference(ref)
+        fetchable = reference.kind in ("hf", "url") or load_catalogue().find(reference.name) is not None
+        if pull_hint and fetchable:
+            return ModelNotFound(f"model {ref!r} is not pulled: run `localrun pull {ref}`")
+        if close:
+            return ModelNotFound(f"model {ref!r} is not pulled; did you mean {', '.join(close)}?")
+        where = "" if not pull_hint or fetchable else ", and the catalogue has no such model"
+        return ModelNotFound(f"model {ref!r} is not pulled{where} (`localrun list` shows the models here)")
 
     def _model(self, manifest: Manifest, check: bool = False) -> Model:
         path = Path(manifest.link.path) if manifest.link else self.layout.blob(manifest.digest)
@@ -199,6 +222,8 @@ class Store:
 
     def _from_file(self, reference: Reference, link: bool, emit: Progress) -> Manifest:
         path = Path(reference.path).expanduser().resolve()
+        if path.is_dir():
+            raise UsageError(f"{path} is a directory; pull takes one .gguf file")
         if not path.is_file():
             raise ModelNotFound(f"no such file: {path}")
         target = _Target(reference.name, f"file:{path}", emit)
@@ -292,7 +317,7 @@ class Store:
             lock.release()
 
     def _collect_garbage(self) -> None:
-        referenced = {m.digest for m in iter_manifests(self.layout) if not m.link}
+        referenced = referenced_digests(self.layout)
         for digest in list(self.layout.blob_digests()):
             if digest not in referenced:
                 self.layout.blob(digest).unlink(missing_ok=True)
