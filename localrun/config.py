@@ -45,6 +45,8 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("LOCALRUN_KV_CACHE_TYPE", "f16", "KV cache type: f16, q8_0 or q4_0 (quantized types need flash attention)."),
     Setting("LOCALRUN_SPECULATIVE", "off", "Speculative decoding by prompt lookup: off, on (16 tokens) or the most "
                                            "tokens drafted per step; requests may choose their own."),
+    Setting("LOCALRUN_SHUTDOWN_TIMEOUT", "10s", "How long a stopping daemon lets requests in flight finish before it "
+                                               "ends them with an error (duration)."),
     Setting("LOCALRUN_GPU_LAYERS", "auto", "Layers to offload to the GPU when the build supports it (auto = all)."),
     Setting("LOCALRUN_DEBUG", "", "Set to 1 for tracebacks and debug logs."),
 )

@@ -143,6 +143,32 @@ def until_first_text(deltas: Iterable[str]) -> Iterator[str]:
         status.stop()
 
 
+def print_stream(deltas: Iterable[str]) -> None:
+    """Write streamed text to stdout as it comes. An error after some text first ends the line, so that
+    its `error:` line starts a line of its own."""
+    from localrun.errors import LocalrunError
+
+    open_line = False
+    try:
+        for delta in deltas:
+            sys.stdout.write(delta)
+            sys.stdout.flush()
+            open_line = not delta.endswith("\n") if delta else open_line
+    except LocalrunError:
+        if open_line:
+            sys.stdout.write("\n")
+            sys.stdout.flush()
+        raise
+
+
+def cut_json(completion: Completion, options: GenerateOptions | None) -> str | None:
+    """Why an answer asked for as JSON is not valid JSON: the token limit cut it off; None when it was not."""
+    if options is None or options.format != "json" or completion.finish_reason != "length":
+        return None
+    limit = f"--max-tokens {options.max_tokens}" if options.max_tokens is not None else "the token limit"
+    return f"the answer was cut off by {limit}, so its JSON is incomplete; allow more tokens"
+
+
 def messages_for(prompt: str, system: Optional[str]) -> list[dict]:
     return ([{"role": "system", "content": system}] if system else []) + [{"role": "user", "content": prompt}]
 
@@ -181,4 +207,5 @@ def _seconds(s: float) -> str:
     return f"{s * 1000:.2f}ms" if s < 1 else f"{s:.3f}s"
 
 
-__all__ = ["connect", "ensure_model", "ensure_on_server", "options_from_flags", "messages_for", "print_stats", "format_stats"]
+__all__ = ["connect", "ensure_model", "ensure_on_server", "options_from_flags", "messages_for", "print_stats",
+           "format_stats", "print_stream", "cut_json"]

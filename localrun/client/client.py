@@ -107,6 +107,11 @@ class Client:
         """Ollama's `DELETE /api/delete`: the server removes the model (a localrun daemon also unloads it)."""
         self._send("DELETE", "/api/delete", json={"model": model})
 
+    def unload(self, model: str) -> None:
+        """Ollama's empty `/api/generate` with keep_alive 0: the server unloads `model` now when it is idle,
+        else when its requests in flight have finished."""
+        self._send("POST", "/api/generate", json={"model": model, "keep_alive": 0})
+
     def perplexity(self, model: str, text: str, ctx: int = 512, batch: int = 2048) -> dict[str, Any]:
         """`/api/perplexity` (localrun only): perplexity, nll, tokens, scored, chunks, ctx, seconds.
         No read timeout: a long text takes as long as evaluating it."""
