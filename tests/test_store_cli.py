@@ -14,6 +14,7 @@ import time
 import pytest
 
 from localrun.cli import main
+from tests.cli import run_cli
 from tests.fileserver import FileServer
 from tests.tiny_gguf import write_tiny_gguf
 
@@ -168,3 +169,30 @@ def test_shell_completion_offers_catalogue_and_local_names(tiny, localrun_home):
 
     assert "qwen2.5:0.5b" in complete("pull", "qwen2.5:0") and "smollm2" in complete("pull", "smol")
     assert complete("show", "ti") == ["tiny:latest"] and complete("rm", "x") == []
+
+
+def test_rm_of_one_name_keeps_the_runner_another_name_uses(daemon):
+    """cp gives the loaded model a second name; removing that name through the daemon must not unload it."""
+    import httpx
+
+    env = daemon.env()
+    assert run_cli("cp", "smollm2", "alias-of-smollm2", env=env).returncode == 0
+    body = {"model": "smollm2", "prompt": "", "keep_alive": -1}
+    httpx.post(f"{daemon.url}/api/generate", json=body, timeout=120).raise_for_status()  # loaded
+    removed = run_cli("rm", "alias-of-smollm2", env=env)
+    assert (removed.returncode, removed.stdout) == (0, "deleted alias-of-smollm2\n")
+    assert [m["name"] for m in httpx.get(f"{daemon.url}/api/ps").json()["models"]] == ["smollm2:135m"]
+    assert run_cli("show", "smollm2", env=env).returncode == 0  # and its file is still there
+
+
+def test_a_linked_model_answers_through_run(daemon, smollm2_path):
+    env = daemon.env()
+    linked = run_cli("pull", "--link", str(smollm2_path), env=env)
+    assert linked.returncode == 0, linked.stderr
+    name = linked.stdout.split("pulled ", 1)[1].split(" ", 1)[0]
+    try:
+        for ref in (name, name.removesuffix(":latest")):
+            done = run_cli("run", ref, "Hi", "--max-tokens", "3", env=env, timeout=240)
+            assert done.returncode == 0 and done.stdout.strip(), done.stderr
+    finally:
+        run_cli("rm", name, env=env)

@@ -29,7 +29,7 @@ def target(host: Optional[str]) -> Address:
 HOST_HELP = "Daemon address (HOST[:PORT] or URL); default LOCALRUN_HOST."
 
 
-@app.command(epilog="Settings (environment):\n\n" + env_help().replace("\n", "\n\n"))
+@app.command(epilog="Settings (environment):\n\n\b\n" + env_help())  # \b: click keeps the lines as they are
 def serve(
     host: Optional[str] = typer.Option(None, "--host", help="Bind address, HOST[:PORT]; default LOCALRUN_HOST."),
     port: Optional[int] = typer.Option(None, "--port", help="Bind port (overrides a port in --host)."),

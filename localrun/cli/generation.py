@@ -24,7 +24,7 @@ SYSTEM = typer.Option(None, "--system", help="System message.")
 TEMPERATURE = typer.Option(None, "--temperature", help="Sampling temperature (0 = greedy).")
 TOP_P = typer.Option(None, "--top-p", help="Nucleus sampling threshold.")
 SEED = typer.Option(None, "--seed", help="Random seed: the same seed and request give the same answer.")
-MAX_TOKENS = typer.Option(None, "--max-tokens", help="Most tokens to generate.")
+MAX_TOKENS = typer.Option(None, "--max-tokens", help="Most tokens to generate (-1: no limit).")
 CTX_SIZE = typer.Option(None, "--ctx-size", help="Context length for this model, in tokens.")
 FORMAT = typer.Option(None, "--format", help="Output format: json.")
 KEEP_ALIVE = typer.Option(None, "--keep-alive", help="How long the model stays loaded: 5m, 3600, -1 (forever), 0.")
@@ -37,13 +37,25 @@ HOST = typer.Option(None, "--host", help="Daemon or any OpenAI-compatible server
 def options_from_flags(temperature: Optional[float], top_p: Optional[float], seed: Optional[int],
                        max_tokens: Optional[int], ctx_size: Optional[int], format: Optional[str],
                        keep_alive: Optional[str], speculative: Optional[int]) -> GenerateOptions:
+    """The options the flags give, each checked here: a bad value is a usage error (exit 2) naming its flag,
+    not the server's validation text. `--max-tokens -1` means no limit, as Ollama's num_predict -1."""
     from localrun.client import GenerateOptions
-    from localrun.errors import UsageError
+    from localrun.client.types import coerce_option
+    from localrun.durations import parse_duration
+    from localrun.errors import InvalidRequest, UsageError
 
     if format not in (None, "json"):
         raise UsageError(f"--format must be json, got {format!r}")
-    return GenerateOptions(temperature=temperature, top_p=top_p, seed=seed, max_tokens=max_tokens,
-                           num_ctx=ctx_size, format=format, keep_alive=keep_alive, speculative=speculative)
+    if keep_alive is not None:
+        try:
+            parse_duration(keep_alive)
+        except InvalidRequest as e:
+            raise UsageError(f"--keep-alive: {e.message}") from None
+    flags = {"--temperature": ("temperature", temperature), "--top-p": ("top_p", top_p), "--seed": ("seed", seed),
+             "--max-tokens": ("max_tokens", max_tokens), "--ctx-size": ("num_ctx", ctx_size),
+             "--speculative": ("speculative", speculative)}
+    values = {name: coerce_option(name, value, flag) for flag, (name, value) in flags.items()}
+    return GenerateOptions(**values, format=format, keep_alive=keep_alive)
 
 
 def connect(model: str, host: Optional[str]) -> tuple[Client, str]:

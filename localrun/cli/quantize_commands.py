@@ -129,7 +129,13 @@ def perplexity(
     host: Optional[str] = g.HOST,
 ) -> None:
     """Perplexity of a text under a model (as llama-perplexity), to compare a quantization with its source."""
+    from localrun.errors import UsageError
+
+    if ctx < 16 or batch < 1:
+        raise UsageError(f"--ctx must be 16 or more and --batch 1 or more, got --ctx {ctx} --batch {batch}")
     text = _read_text(file)
+    if not text.strip():
+        raise UsageError(f"{file} has no text to measure")
     client, model = g.connect(model, host)
     with client:
         result = client.perplexity(model, text, ctx=ctx, batch=batch)
