@@ -96,6 +96,38 @@ def test_a_non_gguf_local_file_is_refused(store, tmp_path):
     assert_nothing_stored(store)
 
 
+@pytest.mark.parametrize("keep, message", [
+    (30, r"cut.gguf is a truncated GGUF file: it ends after 30 bytes, inside its metadata$"),
+    (300, r"cut.gguf is a truncated GGUF file: it ends after 300 bytes, inside its metadata$"),
+    (-1, r"cut.gguf is a truncated GGUF file: 33375 of 33376 bytes$"),
+])
+def test_a_truncated_file_is_named_in_words(store, tmp_path, keep, message):
+    whole = write_tiny_gguf(tmp_path / "whole.gguf", floats=8192).read_bytes()
+    (tmp_path / "cut.gguf").write_bytes(whole[:keep])
+    with pytest.raises(NotGGUF, match=message):
+        store.pull(str(tmp_path / "cut.gguf"))
+
+
+def test_a_real_model_cut_short_says_how_much_is_missing(store, tmp_path, smollm2_path):
+    with open(smollm2_path, "rb") as f:
+        (tmp_path / "head.gguf").write_bytes(f.read(5_000_000))
+    size = smollm2_path.stat().st_size
+    with pytest.raises(NotGGUF, match=rf"head.gguf is a truncated GGUF file: 5000000 of {size} bytes$"):
+        store.pull(str(tmp_path / "head.gguf"))
+
+
+def test_show_reads_the_facts_a_pull_cached_for_its_file(store, tiny):
+    model = store.pull(str(tiny))
+    cache = store.layout.info(model.digest)
+    assert cache.is_file() and store.show("tiny") == store.show("tiny:latest")
+    cache.write_text(cache.read_text().replace('"apache-2.0"', '"from-the-cache"'))
+    assert store.show("tiny").license == "from-the-cache"  # read back, not parsed again
+    cache.write_text("{broken")
+    assert store.show("tiny").license == "apache-2.0" and '"apache-2.0"' in cache.read_text()  # parsed, rewritten
+    store.remove("tiny")
+    assert not cache.exists()
+
+
 def test_missing_local_file(store, tmp_path):
     with pytest.raises(ModelNotFound, match="no such file"):
         store.pull(str(tmp_path / "nope.gguf"))

@@ -83,6 +83,14 @@ def test_list_show_cp_rm(capsys, monkeypatch, tiny):
     assert run(capsys, monkeypatch, "list")[1].split() == header.split()  # only the header is left
 
 
+def test_show_template_says_which_template_a_model_without_one_gets(capsys, monkeypatch, tmp_path):
+    run(capsys, monkeypatch, "pull", str(write_tiny_gguf(tmp_path / "bare.gguf", template="")), "--quiet")
+    code, out, err = run(capsys, monkeypatch, "show", "bare", "--template")
+    assert (code, out) == (0, "")
+    assert err == ("this model has no chat template in its GGUF metadata; its chats are rendered with llama.cpp's "
+                   "built-in template for its architecture (llama), or ChatML when llama.cpp has none\n")
+
+
 def test_cp_onto_another_model_needs_force(capsys, monkeypatch, tmp_path):
     for seed in (1, 2):
         run(capsys, monkeypatch, "pull", str(write_tiny_gguf(tmp_path / f"m{seed}.gguf", seed=seed)), "--quiet")

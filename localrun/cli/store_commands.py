@@ -123,7 +123,7 @@ def show(
     if as_json:
         print_json({**resolved.to_dict(), **info.to_dict()})
     elif template:
-        typer.echo(info.chat_template)
+        _print_template(info.chat_template, info.architecture)
     elif license_:
         typer.echo(info.license or "(no license in the GGUF metadata)")
     elif metadata:
@@ -289,7 +289,7 @@ def _show_on_server(address, model: str, as_json: bool, template: bool, license_
             raise LocalrunError(f"{address.base_url} does not tell the {what} of {model}: its /api/show has no "
                                 f"{key!r}")
         if wanted == "template":
-            typer.echo(value)
+            _print_template(value, _shown_facts(model, shown, None, "")["architecture"])
         elif wanted == "license":
             typer.echo(value or "(no license in the server's answer)")
         else:
@@ -340,6 +340,17 @@ def _shown_facts(model: str, shown: dict[str, Any], tag: Optional[dict[str, Any]
             "embedding_length": info.get(f"{architecture}.embedding_length") or 0,
             "license": str(shown.get("license") or ""), "chat_template": str(shown.get("template") or ""),
             "metadata": info, "host": base_url}
+
+
+def _print_template(template: str, architecture: str) -> None:
+    """The chat template on stdout; for a model without one, which template renders its chats instead
+    (on stderr, so `show --template > file` still writes what the model carries)."""
+    if template:
+        typer.echo(template)
+        return
+    sys.stderr.write(f"this model has no chat template in its GGUF metadata; its chats are rendered with "
+                     f"llama.cpp's built-in template for its architecture ({architecture or 'unknown'}), "
+                     f"or ChatML when llama.cpp has none\n")
 
 
 def _first_line(text: str, width: int = 60) -> str:

@@ -25,6 +25,7 @@ from filelock import FileLock, Timeout
 
 from localrun import config, paths
 from localrun.errors import ChecksumMismatch, DiskFull, LocalrunError, ModelNotFound, StoreError, UsageError
+from localrun.store import infocache
 from localrun.store.catalogue import Entry, load_catalogue
 from localrun.store.download import Download, Policy
 from localrun.store.ggufinfo import read_info
@@ -61,7 +62,7 @@ class Store:
 
     def show(self, ref: str) -> ModelInfo:
         model = self.resolve(ref)
-        return read_info(model.path, model.name)
+        return infocache.model_info(self.layout, model.digest, model.path, model.name)
 
     # --- changes -------------------------------------------------------------------------------
 
@@ -289,6 +290,7 @@ class Store:
             manifest = Manifest(target.name, digest, size, target.source, _now(), info.facts, link, target.defaults,
                                 target.origin)
             self._replace_manifest(manifest)
+            infocache.save(self.layout, digest, info)  # the parse that validated it serves `show` too
         return manifest
 
     def _replace_manifest(self, manifest: Manifest) -> None:
@@ -321,6 +323,7 @@ class Store:
         for digest in list(self.layout.blob_digests()):
             if digest not in referenced:
                 self.layout.blob(digest).unlink(missing_ok=True)
+        infocache.drop_unused(self.layout, referenced | {m.digest for m in iter_manifests(self.layout)})
 
 
 @dataclass(frozen=True, slots=True)
