@@ -51,7 +51,8 @@ def dead_pid() -> int:
     return child.pid
 
 
-def test_auto_start_status_ps_logs_stop(port):
+def test_auto_start_status_ps_logs_stop(port, monkeypatch):
+    monkeypatch.setenv("LOCALRUN_SHUTDOWN_TIMEOUT", "2m")  # `stop` below waits for an answer on a busy machine
     assert not healthy(port)
     clients = [subprocess.Popen([sys.executable, "-m", "localrun", "run", "smollm2", "Hi", *TINY],
                                 stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
@@ -95,12 +96,12 @@ def test_auto_start_status_ps_logs_stop(port):
 
     # `stop` is graceful: an answer streaming when it comes is finished, not cut off.
     answer = subprocess.Popen([sys.executable, "-m", "localrun", "run", "smollm2", "Tell me a story.",
-                               "--max-tokens", "40", "--temperature", "0"], stdin=subprocess.DEVNULL,
+                               "--max-tokens", "24", "--temperature", "0"], stdin=subprocess.DEVNULL,
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     first = answer.stdout.read(1)
     stopped = run_cli("stop")
-    out, err = answer.communicate(timeout=60)
-    assert answer.returncode == 0 and err == "" and len((first + out).split()) > 10, err
+    out, err = answer.communicate(timeout=180)
+    assert answer.returncode == 0 and err == "" and len((first + out).split()) > 8, err
     assert stopped.returncode == 0 and f"stopped localrun (pid {pid})" in stopped.stdout
     assert not healthy(port) and not lifecycle.pid_file(port).exists()
     assert run_cli("status").returncode == 1
