@@ -46,6 +46,8 @@ def test_verbose_prints_ollama_stats_on_stderr(daemon):
     for name in ("total duration", "load duration", "prompt eval count", "prompt eval rate", "eval count",
                  "eval duration", "eval rate"):
         assert f"{name}:" in done.stderr
+    request_id = done.stderr.split("request id:", 1)[1].split()[0]  # the id its `localrun logs` line ends with
+    assert f" id={request_id}\n" in daemon.log.read_text()
     assert "eval count:" not in done.stdout
 
 

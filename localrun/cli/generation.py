@@ -212,6 +212,8 @@ def format_stats(completion: Completion, total_s: float) -> str:
     if t and t.draft_n:
         rows.append(("draft acceptance", f"{t.draft_n_accepted}/{t.draft_n} token(s) "
                                          f"({t.draft_n_accepted / t.draft_n:.0%})"))
+    if completion.request_id:
+        rows.append(("request id", completion.request_id))
     return "\n".join(f"{name + ':':<22}{value}" for name, value in rows)
 
 

@@ -20,6 +20,7 @@ from localrun.errors import (AuthError, DaemonUnavailable, InvalidRequest, Local
                              Overloaded)
 
 Messages = list[dict[str, Any]]
+REQUEST_ID = "x-request-id"  # the daemon's id of a request, as its access log names it
 _QUICK = httpx.Timeout(10.0, connect=5.0)
 _GENERATE = httpx.Timeout(None, connect=5.0)
 
@@ -138,13 +139,17 @@ class Client:
     def _generate(self, path: str, body: dict[str, Any], stream: bool, chat: bool) -> Completion | TextStream:
         if stream:
             return TextStream(self._send("POST", path, json=body, timeout=_GENERATE, stream=True), chat)
-        data = self._json("POST", path, json=body, timeout=_GENERATE)
-        return _completion(data, chat)
+        response = self._send("POST", path, json=body, timeout=_GENERATE)
+        completion = _completion(self._decode(response, path), chat)
+        completion.request_id = response.headers.get(REQUEST_ID, "")
+        return completion
 
     # -- plumbing -------------------------------------------------------------------------------
 
     def _json(self, method: str, path: str, **kwargs: Any) -> dict[str, Any]:
-        response = self._send(method, path, **kwargs)
+        return self._decode(self._send(method, path, **kwargs), path)
+
+    def _decode(self, response: httpx.Response, path: str) -> dict[str, Any]:
         try:
             return response.json()
         except ValueError:
@@ -223,7 +228,7 @@ class TextStream:
         self._response = response
         self._chat = chat
         self._parts: list[str] = []
-        self.completion = Completion("")
+        self.completion = Completion("", request_id=response.headers.get(REQUEST_ID, ""))
 
     def __enter__(self) -> TextStream:
         return self

@@ -153,6 +153,7 @@ class Completion:
     usage: Usage | None = None
     timings: Timings | None = None
     raw: dict[str, Any] = field(default_factory=dict)
+    request_id: str = ""  # the daemon's X-Request-Id: its access log line in `localrun logs`
 
 
 @dataclass(slots=True)

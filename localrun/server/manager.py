@@ -25,6 +25,7 @@ from typing import Any, AsyncIterator, Awaitable, Callable, Iterator
 from localrun.config import Config
 from localrun.durations import parse_duration
 from localrun.errors import DaemonUnavailable, InvalidRequest, LoadCrashed, Overloaded
+from localrun.server import access_log
 from localrun.server.memory import estimate_bytes, memory_budget
 from localrun.server.runner_process import RunnerOptions, RunnerProcess
 from localrun.safe_mode import SafeModeMemory
@@ -117,6 +118,7 @@ class ModelManager:
         """The loaded model for `name`, admitted for one request; released (keep-alive starts) on exit."""
         keep = self.default_keep_alive if keep_alive is None else parse_duration(keep_alive)
         loaded = await self._acquire(name, num_ctx, keep)
+        access_log.note(model=loaded.model.name)
         try:
             yield loaded
         finally:
