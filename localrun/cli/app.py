@@ -44,19 +44,6 @@ def _root(
         os.environ["LOCALRUN_DEBUG"] = "1"
 
 
-@app.command("help")
-def help_(ctx: typer.Context, command: list[str] = typer.Argument(None, help="A command, e.g. run or launch claude.")) -> None:
-    """Show the help of localrun or of one of its commands (the same as COMMAND --help)."""
-    root = ctx.parent
-    target, path = root.command, [root.info_name or "localrun"]
-    for name in command or []:
-        found = target.get_command(root, name) if hasattr(target, "get_command") else None  # a group's
-        if found is None:
-            raise LocalrunError(f"no such command: {' '.join([*path[1:], name])} (`localrun help` lists them)")
-        target, path = found, [*path, name]
-    typer.echo(target.get_help(type(ctx)(target, info_name=" ".join(path), help_option_names=ctx.help_option_names)))
-
-
 def debugging() -> bool:
     return os.environ.get("LOCALRUN_DEBUG", "") not in ("", "0", "false")
 

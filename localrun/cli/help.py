@@ -49,4 +49,25 @@ def use_plain_names() -> None:
     option.display_type_rich = _option_kind
 
 
-__all__ = ["use_plain_names"]
+def render_help(command: Any, path: list[str], width: int | None = None) -> str:
+    """The `--help` text of `command`, reached as `path` (["localrun", "launch", "claude"]); `width` fixes
+    the wrapping (the generated reference), else the terminal's."""
+    import typer
+
+    ctx = typer.Context(command, info_name=" ".join(path), help_option_names=["-h", "--help"],
+                        terminal_width=width, max_content_width=width)
+    return command.get_help(ctx)
+
+
+def subcommands(command: Any) -> list[tuple[str, Any]]:
+    """A group's visible commands in the order `--help` lists them; [] for a command."""
+    import typer
+
+    if not hasattr(command, "list_commands"):
+        return []
+    ctx = typer.Context(command)
+    found = [(name, command.get_command(ctx, name)) for name in command.list_commands(ctx)]
+    return [(name, sub) for name, sub in found if sub is not None and not sub.hidden]
+
+
+__all__ = ["render_help", "subcommands", "use_plain_names"]
