@@ -44,7 +44,8 @@ def test_every_request_gets_an_id_and_a_line_even_when_refused(daemon):
         response.read()
         ollama_id = response.headers["x-request-id"]
     assert re.fullmatch(r"[0-9a-f]{16}", ollama_id)
-    assert re.search(r" POST /api/generate 200 model=smollm2:135m prompt=\d+ generated=\d+ ", log_line(daemon, ollama_id))
+    text = log_line(daemon, ollama_id)
+    assert re.search(r" POST /api/generate 200 model=smollm2:135m prompt=\d+ generated=\d+ ", text), text
     missing = httpx.get(f"{daemon.url}/no/such/path?api_key={SECRET}", headers={"X-Request-Id": "bad id; rm -rf"})
     assert missing.status_code == 404
     text = log_line(daemon, missing.headers["x-request-id"])

@@ -23,6 +23,9 @@ Messages = list[dict[str, Any]]
 REQUEST_ID = "x-request-id"  # the daemon's id of a request, as its access log names it
 _QUICK = httpx.Timeout(10.0, connect=5.0)
 _GENERATE = httpx.Timeout(None, connect=5.0)
+# /api/show parses a model file the daemon has not cached yet (seconds for a big vocabulary), on cores a
+# model being loaded keeps busy: chat's /show info must not give up after _QUICK's 10 s.
+_LOOKUP = httpx.Timeout(120.0, connect=5.0)
 
 
 class Client:
@@ -70,7 +73,7 @@ class Client:
 
     def show(self, model: str) -> dict[str, Any]:
         """Ollama's `/api/show`: details, parameters, template, model_info."""
-        return self._json("POST", "/api/show", json={"model": model})
+        return self._json("POST", "/api/show", json={"model": model}, timeout=_LOOKUP)
 
     def tags(self) -> list[dict[str, Any]]:
         """Ollama's `/api/tags`: the models in the server's own store as it describes them (name, size,

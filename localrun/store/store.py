@@ -32,8 +32,8 @@ from localrun.store.ggufinfo import read_info
 from localrun.store.hub import hf_lookup
 from localrun.store.digests import hash_file
 from localrun.store.layout import Layout, digest_key, install_blob, url_key
-from localrun.store.manifests import (Link, Manifest, iter_manifests, read_manifest, referenced_digests, remove_manifest,
-                                      write_manifest)
+from localrun.store.manifests import (Link, Manifest, iter_manifests, read_manifest, referenced_digests,
+                                      remove_manifest, write_manifest)
 from localrun.store.model import Model, ModelInfo, PullProgress
 from localrun.store.names import Name, Reference, parse_name, parse_reference
 from localrun.store.sources import Remote, catalogue_remote, rewrite_host
