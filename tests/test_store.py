@@ -181,7 +181,7 @@ def test_cp_never_replaces_another_model_unless_forced(store, tmp_path):
     a = store.pull(str(write_tiny_gguf(tmp_path / "a.gguf", seed=1)))
     b = store.pull(str(write_tiny_gguf(tmp_path / "b.gguf", seed=2)))
     store.copy("b", "good")
-    with pytest.raises(UsageError, match=r"^b:latest already names another model \(.*cp --force"):
+    with pytest.raises(UsageError, match=r"^b:latest already names another model \(.*give --force to replace it$"):
         store.copy("a", "b")
     assert store.resolve("b").digest == b.digest
     store.copy("a", "a:latest")  # the same file again: nothing to refuse

@@ -98,6 +98,8 @@ def test_cp_onto_another_model_needs_force(capsys, monkeypatch, tmp_path):
     assert (code, out) == (2, "") and err.startswith("error: m2:latest already names another model (")
     assert err.count("\n") == 1 and "--force" in err
     assert run(capsys, monkeypatch, "cp", "m1", "m2", "--force")[:2] == (0, "copied m1 to m2:latest\n")
+    code, out, err = run(capsys, monkeypatch, "quantize", "m1", "m2", "--type", "Q8_0")  # refused before any work
+    assert (code, out) == (2, "") and err.startswith("error: m2:latest already names another model (")
 
 
 @pytest.mark.parametrize("args,code,pattern", [

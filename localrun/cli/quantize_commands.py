@@ -29,6 +29,7 @@ def quantize(
     type_: str = typer.Option("Q4_K_M", "--type", "-t", help="Target type: Q8_0, Q6_K, Q5_K_M, Q4_K_M, Q4_0, F16, ..."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bar, only the final line."),
     as_json: bool = typer.Option(False, "--json", help="Progress events and the result as JSON lines."),
+    force: bool = typer.Option(False, "--force", "-f", help="Replace DST when it already names a model."),
 ) -> None:
     """Quantize a model with llama.cpp into a new model in the store (its manifest records the origin)."""
     from localrun.store import Store
@@ -36,7 +37,9 @@ def quantize(
 
     store = Store()
     source = store.resolve(src)
-    parse_name(dst)  # a bad name fails before any work
+    parse_name(dst)  # a bad name fails before any work, and so does one that names a model already
+    if not force:
+        store.check_unused(dst)
     show_bar = sys.stderr.isatty() and not (quiet or as_json)
     report = print_json if as_json else _Bar() if show_bar else (lambda event: None)
     partial = store.temp_file("quantize")

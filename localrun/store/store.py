@@ -101,6 +101,13 @@ class Store:
                 manifest = self._commit(target, digest, self._validate(path, digest, target), path)
         return self._model(manifest)
 
+    def check_unused(self, name: str) -> None:
+        """Refuse a name that already names a model, before work that would replace it (quantize's
+        result); the caller's --force skips this."""
+        old = read_manifest(self.layout, parse_name(name))
+        if old is not None:
+            raise _taken(old)
+
     def remove(self, ref: str) -> list[str]:
         """Delete a model's manifest and every blob no manifest references any more. Returns the
         other names that still use its file (its runner must stay loaded for them)."""
@@ -123,8 +130,7 @@ class Store:
         with _os_errors(), self._lock("gc"):
             old = read_manifest(self.layout, copy.name)
             if old is not None and not force and old.digest != manifest.digest:
-                raise UsageError(f"{copy.name} already names another model ({old.digest.removeprefix('sha256:')[:12]}"
-                                 f"); `localrun rm {copy.name}` first, or cp --force to replace it")
+                raise _taken(old)
             self._replace_manifest(copy)
         return self._model(copy)
 
@@ -363,6 +369,11 @@ def _os_errors() -> Iterator[None]:
         if e.errno == errno.ENOSPC:
             raise DiskFull(f"disk full while writing {e.filename or 'the model'}") from None
         raise StoreError(f"{e.strerror or e}: {e.filename or ''}".rstrip(": ")) from None
+
+
+def _taken(old: Manifest) -> UsageError:
+    return UsageError(f"{old.name} already names another model ({old.digest.removeprefix('sha256:')[:12]}); "
+                      f"`localrun rm {old.name}` first, or give --force to replace it")
 
 
 def _short_hash(text: str) -> str:
