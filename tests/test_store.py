@@ -128,6 +128,32 @@ def test_show_reads_the_facts_a_pull_cached_for_its_file(store, tiny):
     assert not cache.exists()
 
 
+def test_lock_files_do_not_pile_up_and_a_waiter_locks_the_current_file(store, tmp_path):
+    import threading
+
+    from localrun.store import locks
+
+    for seed in range(3):
+        store.pull(str(write_tiny_gguf(tmp_path / f"m{seed}.gguf", seed=seed)))
+    store.copy("m0", "other")
+    store.remove("m1")
+    assert list(store.layout.partial.iterdir()) == []  # no `*.lock` left from any of that
+
+    path, order, waited = store.layout.partial / "k.lock", [], threading.Event()
+    with locks.hold(path):
+        waiter = threading.Thread(target=lambda: _hold(locks, path, order, waited))
+        waiter.start()
+        assert waited.wait(10)  # it found the lock taken
+        order.append("first")
+    waiter.join(10)
+    assert order == ["first", "second"] and not path.exists()
+
+
+def _hold(locks, path, order, waited) -> None:
+    with locks.hold(path, on_wait=waited.set):
+        order.append("second")
+
+
 def test_missing_local_file(store, tmp_path):
     with pytest.raises(ModelNotFound, match="no such file"):
         store.pull(str(tmp_path / "nope.gguf"))

@@ -21,11 +21,9 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 
-from filelock import FileLock, Timeout
-
 from localrun import config, paths
 from localrun.errors import ChecksumMismatch, DiskFull, LocalrunError, ModelNotFound, StoreError, UsageError
-from localrun.store import infocache
+from localrun.store import infocache, locks
 from localrun.store.catalogue import Entry, load_catalogue
 from localrun.store.download import Download, Policy
 from localrun.store.ggufinfo import read_info
@@ -312,17 +310,8 @@ class Store:
     def _lock(self, key: str, on_wait: Callable[[], None] | None = None) -> Iterator[None]:
         """An inter-process lock; `on_wait` is called once if another holder makes us wait."""
         self.layout.partial.mkdir(parents=True, exist_ok=True)
-        lock = FileLock(str(self.layout.lock_file(key)))
-        try:
-            lock.acquire(timeout=0)
-        except Timeout:
-            if on_wait:
-                on_wait()
-            lock.acquire()
-        try:
+        with locks.hold(self.layout.lock_file(key), on_wait):
             yield
-        finally:
-            lock.release()
 
     def _collect_garbage(self) -> None:
         referenced = referenced_digests(self.layout)
