@@ -64,6 +64,7 @@ def test_chat_session_on_a_terminal(daemon, tmp_path):
     stopped = tmp_path / "stopped.md"
     child.sendline(f"/save {stopped}")
     child.expect_exact("Saved the transcript")
+    child.expect_exact(PROMPT)
     kept = stopped.read_text()  # the stopped question and its answer so far are part of the conversation
     assert "## User\n\nTell me a very long story" in kept
     assert re.search(r"many chapters\.\n\n## Assistant\n\n\S+", kept), kept
@@ -201,6 +202,26 @@ def test_plain_answers_wrap_at_word_boundaries_while_streaming(width, text, show
         out = "".join(wrap.feed(text[i:i + step]) for i in range(0, len(text), step)) + wrap.finish()
         assert out == shown
         assert all(len(line) <= width for line in out.split("\n"))
+
+
+def test_ctrl_c_in_a_slash_command_comes_back_to_the_prompt(monkeypatch, capsys):
+    from localrun.cli import chat
+
+    typed = iter(["/load big-model", "/show system"])
+
+    def read_line(prompt: str) -> str:
+        for line in typed:
+            return line
+        raise EOFError
+
+    def interrupted_pull(args):
+        raise KeyboardInterrupt
+
+    session = ChatSession(client=None, model="m")
+    monkeypatch.setattr(session, "_load", interrupted_pull)
+    monkeypatch.setattr(chat, "line_reader", lambda: read_line)
+    chat.repl(session)  # returns at EOF, not with the KeyboardInterrupt
+    assert capsys.readouterr().out == "Use Ctrl-D or /bye to exit.\nNo system message was specified.\n\n"
 
 
 def test_transcript_and_info():

@@ -337,27 +337,30 @@ def line_reader() -> Callable[[str], str]:
 
 
 def repl(session: ChatSession) -> None:
-    """Read, answer, repeat until /bye or Ctrl-D."""
+    """Read, answer, repeat until /bye or Ctrl-D. Ctrl-C anywhere but in an answer (at the prompt, in a
+    slash command such as a /load that pulls, between the two) comes back to the prompt."""
     read_line = line_reader()
     while True:
         try:
-            text = read_message(read_line).strip()
+            if not _turn(session, read_line):
+                return
         except KeyboardInterrupt:
             say("Use Ctrl-D or /bye to exit.")
-            continue
         except EOFError:
             say("")
             return
-        if not text:
-            continue
-        try:
-            if text.startswith("/"):
-                if not session.command(text):
-                    return
-            else:
-                session.ask(text)
         except LocalrunError as e:
             say(f"error: {e.message}")
+
+
+def _turn(session: ChatSession, read_line: Callable[[str], str]) -> bool:
+    """One message or slash command; False when the session should end."""
+    text = read_message(read_line).strip()
+    if text.startswith("/"):
+        return session.command(text)
+    if text:
+        session.ask(text)
+    return True
 
 
 __all__ = ["ChatSession", "repl", "read_message", "info_lines", "transcript", "HELP"]
