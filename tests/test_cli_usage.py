@@ -79,6 +79,11 @@ def test_score_options_are_checked_in_the_cli(capsys, monkeypatch, args, message
     assert (code, out) == (2, "") and one_error_line(err) == f"error: {message}\n"
 
 
+def test_a_negative_log_tail_is_a_usage_error(capsys, monkeypatch):
+    code, _, err = run(capsys, monkeypatch, "logs", "-n", "-3")
+    assert code == 2 and one_error_line(err) == "error: --tail must be 0 (all) or more, got -3\n"
+
+
 def test_perplexity_of_an_empty_file_is_a_usage_error(capsys, monkeypatch, tmp_path):
     monkeypatch.setenv("LOCALRUN_HOST", "127.0.0.1:9")
     (tmp_path / "empty.txt").write_text("\n \n")

@@ -215,6 +215,10 @@ def logs(
     from localrun.cli import daemon
     from localrun.errors import LocalrunError
 
+    if tail < 0:
+        from localrun.errors import UsageError
+
+        raise UsageError(f"--tail must be 0 (all) or more, got {tail}")
     path = daemon.log_file(target(host).port)
     if not path.exists():
         if not follow:
