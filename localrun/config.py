@@ -133,6 +133,17 @@ def _api_keys(value: str) -> tuple[str, ...]:
 TEXT = Rule("text")
 COUNT = _whole(1)
 DURATION = Rule("a duration such as 5m, 1h30m, 90s or 300 (seconds; negative = forever)", _duration)
+
+
+@dataclass(frozen=True, slots=True)
+class Wait(Rule):
+    """A duration that cannot be negative (how long to wait)."""
+
+    def ok(self, value: Any) -> bool:
+        return value >= 0
+
+
+WAIT = Wait("a duration such as 10s, 1m or 30 (seconds), not negative", _duration)
 SIZE = Rule("a size in bytes or with a unit, such as 8GiB or 512MB (0 = 75% of RAM)", parse_size)
 
 ENGINE_RULES: dict[str, Rule] = {
@@ -248,6 +259,8 @@ SETTINGS: tuple[Setting, ...] = (
                                                    "tokens) or the most tokens drafted per step; requests may choose "
                                                    "their own."),
     _engine("LOCALRUN_GPU_LAYERS", "gpu_layers", "Layers to offload to the GPU when the build supports it (auto = all)."),
+    Setting("LOCALRUN_SHUTDOWN_TIMEOUT", "10s", "How long a stopping daemon lets requests in flight finish before it "
+                                               "ends them with an error (duration).", WAIT),
     Setting("LOCALRUN_UI", "on", "Serve the web chat page at / (on or off; `serve --no-ui` turns it off too).",
             Rule("on or off", _switch)),
     Setting("LOCALRUN_DEBUG", "", "Set to 1 for tracebacks and debug logs.", Rule("1 or 0", _flag)),
@@ -295,6 +308,7 @@ class Settings:
     max_tokens: int
     max_inputs: int
     engine: EngineSettings
+    shutdown_timeout: float  # seconds requests in flight may take to finish when the daemon stops
     ui: bool  # the web chat page at /
     debug: bool
 
@@ -320,7 +334,8 @@ class Settings:
             max_loaded_models=get("LOCALRUN_MAX_LOADED_MODELS"), memory_budget=get("LOCALRUN_MEMORY_BUDGET"),
             max_queue=get("LOCALRUN_MAX_QUEUE"), max_body=get("LOCALRUN_MAX_BODY"),
             max_messages=get("LOCALRUN_MAX_MESSAGES"), max_tokens=get("LOCALRUN_MAX_TOKENS"),
-            max_inputs=get("LOCALRUN_MAX_INPUTS"), engine=engine, ui=get("LOCALRUN_UI"), debug=get("LOCALRUN_DEBUG"),
+            max_inputs=get("LOCALRUN_MAX_INPUTS"), engine=engine, shutdown_timeout=get("LOCALRUN_SHUTDOWN_TIMEOUT"),
+            ui=get("LOCALRUN_UI"), debug=get("LOCALRUN_DEBUG"),
         )
 
 

@@ -201,7 +201,7 @@ def _pid_files(d: Daemon) -> list[Path]:
 
 
 def test_sigterm_mid_stream_ends_the_stream_and_a_restart_serves(tmp_path):
-    d = start_daemon(tmp_path / "home")
+    d = start_daemon(tmp_path / "home", {"LOCALRUN_SHUTDOWN_TIMEOUT": "1s"})  # the drain, then the error
     try:
         assert _pid_files(d), "serve writes a pid file"
         with httpx.stream("POST", f"{d.url}/v1/chat/completions", json=chat_body(100_000), timeout=60) as response:

@@ -11,6 +11,7 @@ from fastapi import FastAPI
 from localrun import __version__
 from localrun.config import Settings
 from localrun.server import errors, metrics, security
+from localrun.server.access_log import AccessLog
 from localrun.server.manager import ModelManager
 
 
@@ -33,6 +34,7 @@ def create_app(config: Settings | None = None, store: Any = None, manager: Model
     errors.install(app)
     security.install(app, config)
     app.add_middleware(metrics.RequestCounter)  # outermost: refused requests are counted too
+    app.add_middleware(AccessLog)  # ... and logged, with the request id header
 
     @app.get("/health", tags=["system"])
     async def health() -> dict[str, Any]:

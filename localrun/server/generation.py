@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any, AsyncIterator
 
 from localrun.native import Delta, Done, Event, GenerateRequest, Timings, TokenLogprob, decode_event
+from localrun.server import access_log
 from localrun.server.defaults import with_model_defaults
 from localrun.server.manager import ModelManager
 from localrun.server.metrics import Observer
@@ -45,6 +46,7 @@ async def start(manager: ModelManager, request: GenerateRequest) -> Generation:
         await stack.aclose()
         raise
     observer = Observer(loaded.model.name, started, accepted["prompt_tokens"])
+    access_log.note(prompt_tokens=accepted["prompt_tokens"])
     return Generation(accepted["prompt_tokens"], _events(stack, stream, load_ms, observer))
 
 
@@ -56,6 +58,8 @@ async def _events(stack: contextlib.AsyncExitStack, stream: AsyncIterator[dict[s
             if isinstance(event, Done):
                 event.timings.load_ms = load_ms
             observer.see(event)  # the one place tokens, TTFT and speed are counted, for every dialect
+            if isinstance(event, Done):
+                access_log.note(generated_tokens=event.timings.generated_tokens)
             yield event
 
 

@@ -25,6 +25,7 @@ from localrun.config import EngineSettings, Settings
 from localrun.durations import parse_duration
 from localrun.errors import DaemonUnavailable, InvalidRequest, LoadCrashed, Overloaded
 from localrun.safe_mode import SafeModeMemory
+from localrun.server import access_log
 from localrun.server.memory import estimate_bytes, memory_budget
 from localrun.server.defaults import context_size
 from localrun.server.runner_process import RunnerProcess
@@ -114,6 +115,7 @@ class ModelManager:
         """The loaded model for `name`, admitted for one request; released (keep-alive starts) on exit."""
         keep = self.default_keep_alive if keep_alive is None else parse_duration(keep_alive)
         loaded = await self._acquire(name, num_ctx, keep)
+        access_log.note(model=loaded.model.name)
         try:
             yield loaded
         finally:
@@ -336,10 +338,14 @@ class ModelManager:
                 if expired or (loaded.idle and not loaded.runner.alive):
                     await self._unload_if_idle(loaded)
 
-    def begin_shutdown(self) -> None:
-        """Admit nothing more and end every request in flight with a clear error (SIGTERM), so that
-        streams get their final error event now instead of being cut when the graceful wait runs out."""
+    def begin_shutdown(self, drain_s: float = 0.0) -> None:
+        """Admit nothing more (SIGTERM) and give the requests in flight `drain_s` seconds to finish; then
+        end the rest with a clear error, so that streams get a final error event before the server's
+        own graceful wait runs out and cuts them."""
         self.closing = True
+        asyncio.get_running_loop().call_later(max(0.0, drain_s), self._end_in_flight)
+
+    def _end_in_flight(self) -> None:
         for loaded in self.loaded.values():
             loaded.runner.fail_all("the server is shutting down", "DaemonUnavailable")
 

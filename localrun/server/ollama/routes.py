@@ -119,8 +119,8 @@ async def delete(body: ModelRequest, request: Request) -> Response:
         digest = (await asyncio.to_thread(store.resolve, body.model)).digest
     except LocalrunError:  # not present (remove says so) or a linked file gone (so never loaded)
         digest = None
-    await asyncio.to_thread(store.remove, body.model)
-    if digest is not None:
+    still_used_by = await asyncio.to_thread(store.remove, body.model)
+    if digest is not None and not still_used_by:  # another name for the same file keeps its runner
         await request.app.state.manager.expire(digest)
     return Response(status_code=200)
 
