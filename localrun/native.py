@@ -30,6 +30,9 @@ class GenerateRequest:
     echo: bool = False  # completions: return the prompt (and its logprobs) before the output
     num_ctx: int | None = None  # context length per slot; None = the server default
     keep_alive: float | None = None  # seconds; None = server default, < 0 forever, 0 unload after
+    think: bool | None = None  # thinking models: False turns thinking off (the family's switch); None = the model's way
+    reasoning_effort: str | None = None  # "low" | "medium" | "high", for families that take an effort
+    reasoning_budget: int | None = None  # the most thinking tokens; then the thought is closed and the answer follows
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -111,18 +114,22 @@ class TokenLogprob:
 
 @dataclass(slots=True)
 class Delta:
-    """New visible text of choice `index` (may carry the logprobs of the tokens behind it)."""
+    """New output of choice `index`: answer text (`text`) and/or thinking (`reasoning`), as the
+    model family's parser split them (localrun.families); may carry the logprobs of the tokens behind it."""
 
     index: int
     text: str
     logprobs: list[TokenLogprob] = field(default_factory=list)
+    reasoning: str = ""
 
     def to_dict(self) -> dict[str, Any]:
-        return {"index": self.index, "text": self.text, "logprobs": [lp.to_wire() for lp in self.logprobs]}
+        out = {"index": self.index, "text": self.text, "logprobs": [lp.to_wire() for lp in self.logprobs]}
+        return out | {"reasoning": self.reasoning} if self.reasoning else out
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Delta:
-        return cls(data["index"], data["text"], [TokenLogprob.from_wire(item) for item in data["logprobs"]])
+        return cls(data["index"], data["text"], [TokenLogprob.from_wire(item) for item in data["logprobs"]],
+                   data.get("reasoning", ""))
 
 
 @dataclass(slots=True)
@@ -142,6 +149,7 @@ class Done:
     text: str = ""  # the whole visible text of the choice, after tool calls were taken out
     tool_calls: list[ToolCall] = field(default_factory=list)
     stop_sequence: str | None = None
+    reasoning: str = ""  # the whole thinking of the choice, split out of `text`
 
     @property
     def usage(self) -> Usage:

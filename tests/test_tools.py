@@ -13,7 +13,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from localrun.errors import InvalidRequest
-from localrun.tools import CallHoldback, parse_tool_calls, prepare_messages, tool_call_grammar
+from localrun.families import CallHoldback, parse_tool_calls
+from localrun.tools import prepare_messages, tool_call_grammar
 from localrun.tools.grammar import call_schema
 from localrun.tools.prompt import format_call
 from tests.tool_fixtures import ADD, BOOK, CITY_WEATHER, WEATHER, as_ollama, openai_tool, two_shot

@@ -9,7 +9,7 @@ scheduler; everything about pointers lives in `backend`.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import llama_cpp as L
@@ -46,6 +46,7 @@ class _State:
     stops: StopMatcher
     t_prompt: float = 0.0
     t_first: float = 0.0
+    forced: list[int] = field(default_factory=list)  # the next tokens, decided by the caller instead of sampled
 
 
 class Engine:
@@ -103,7 +104,8 @@ class Engine:
         drafter = self._drafter(p.speculative)
         banned = self._eog_tokens() if p.ignore_eos else []
         sampler = Sampler(self.model.vocab, self.model.n_vocab, p, p.seed if p.seed is not None else self.settings.seed, banned)
-        state = _State(request, sampler, Detokenizer(self.model.piece), StopMatcher(p.stop))
+        piece = self.model.special_piece if request.special_text else self.model.piece
+        state = _State(request, sampler, Detokenizer(piece), StopMatcher(p.stop))
         self.scheduler.add(Sequence(request.id, list(prompt), len(prompt), p.max_tokens, state=state, drafter=drafter))
 
     def _drafter(self, speculative: int | None) -> Drafter | None:
@@ -118,6 +120,13 @@ class Engine:
         seq = self.scheduler.find(request_id)
         if seq is not None:
             seq.cancelled = True
+
+    def force(self, request_id: str, tokens: list[int]) -> None:
+        """Make `tokens` the request's next tokens instead of sampling them (a reasoning budget closes
+        a thought this way). The engine does not know why; the runner decides when."""
+        seq = self.scheduler.find(request_id)
+        if seq is not None:
+            seq.state.forced.extend(tokens)
 
     @property
     def has_work(self) -> bool:
@@ -196,7 +205,7 @@ class Engine:
             return [self._finish(seq, "length")]
         want = st.request.sampling.logprobs
         logprobs = log_softmax(logits_at(self.ctx, index, self.model.n_vocab)) if want is not None else None
-        token = st.sampler.sample(self.ctx, index)
+        token = st.sampler.take(st.forced.pop(0)) if st.forced else st.sampler.sample(self.ctx, index)
         if seq.n_generated == 0:
             st.t_first = time.perf_counter()
         seq.tokens.append(token)
