@@ -13,7 +13,10 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from localrun.errors import InvalidRequest
 from localrun.sampling import SamplingParams
+
+EFFORTS = ("low", "medium", "high")
 
 
 @dataclass(slots=True)
@@ -42,6 +45,18 @@ class GenerateRequest:
         data = dict(data)
         data["sampling"] = SamplingParams.from_dict(data.get("sampling") or {})
         return cls(**data)
+
+
+def thinking(value: bool | str | None, where: str) -> tuple[bool | None, str | None]:
+    """(think, reasoning_effort) from a dialect's switch: Ollama's `think` (a bool or an effort),
+    OpenAI's `reasoning_effort` ("none" turns thinking off, "minimal" is the lowest effort)."""
+    if value is None or isinstance(value, bool):
+        return value, None
+    if value == "none":
+        return False, None
+    if value in ("minimal", *EFFORTS):
+        return True, "low" if value == "minimal" else value
+    raise InvalidRequest(f"{where}: expected true, false or one of none, minimal, low, medium, high; got {value!r}")
 
 
 @dataclass(slots=True)
@@ -181,5 +196,5 @@ def decode_event(message: dict[str, Any]) -> Event:
     return Delta.from_dict(fields) if message["type"] == "delta" else Done.from_dict(fields)
 
 
-__all__ = ["GenerateRequest", "Usage", "Timings", "TokenLogprob", "Delta", "ToolCall", "Done", "Event",
+__all__ = ["EFFORTS", "thinking", "GenerateRequest", "Usage", "Timings", "TokenLogprob", "Delta", "ToolCall", "Done", "Event",
            "decode_event", "encode_event"]

@@ -29,7 +29,8 @@ class ThinkSplitter:
 
     def finish(self) -> list[Piece]:
         rest, self._pending = self._pending, ""
-        text = rest.strip() if self._trim else rest
+        text = rest.lstrip() if self._trim else rest
+        text = text.rstrip() if self.thinking else text
         return [Piece(REASONING if self.thinking else CONTENT, text)] if text else []
 
     def _advance(self, out: list[Piece]) -> bool:

@@ -3,7 +3,8 @@
 Content blocks map onto the native (OpenAI-shaped) conversation: `text` is content, an assistant's
 `tool_use` blocks are its tool calls, a user's `tool_result` blocks are `tool` messages (before the
 user's own text, since they answer the previous turn), `thinking` is kept as `reasoning_content` for
-templates that render it. Images and documents are refused: no model here has vision.
+templates that render it. `thinking: {type: enabled, budget_tokens}` turns thinking on with a budget;
+the answer's thinking comes back as a `thinking` block before the text. Images and documents are refused: no model here has vision.
 """
 
 from __future__ import annotations
@@ -25,9 +26,28 @@ def generate_request(body: MessagesRequest) -> GenerateRequest:
     for name in ("temperature", "top_p", "top_k", "speculative"):
         if (value := getattr(body, name)) is not None:
             setattr(params, name, value)
+    think, budget = thinking(body.thinking)
     return GenerateRequest(model=body.model, messages=conversation(body), tools=tools(body.tools),
                            tool_choice=tool_choice(body.tool_choice), json_schema=output_schema(body),
-                           sampling=params, num_ctx=body.num_ctx, keep_alive=body.keep_alive)
+                           sampling=params, num_ctx=body.num_ctx, keep_alive=body.keep_alive,
+                           think=think, reasoning_budget=budget)
+
+
+def thinking(config: dict[str, Any] | None) -> tuple[bool | None, int | None]:
+    """(think, reasoning budget) from `thinking`: enabled with budget_tokens, disabled, or adaptive
+    (thinking on, the model decides how long)."""
+    if config is None:
+        return None, None
+    kind = config.get("type")
+    if kind == "disabled":
+        return False, None
+    if kind == "adaptive":
+        return True, None
+    budget = config.get("budget_tokens")
+    if kind != "enabled" or not isinstance(budget, int) or isinstance(budget, bool) or budget < 1:
+        raise InvalidRequest('thinking: expected {"type": "enabled", "budget_tokens": N >= 1}, '
+                             '{"type": "adaptive"} or {"type": "disabled"}')
+    return True, budget
 
 
 def output_schema(body: MessagesRequest) -> dict[str, Any] | None:
@@ -136,10 +156,16 @@ def new_id() -> str:
 
 
 def message(done: Done, model: str) -> dict[str, Any]:
+    thought = [thinking_block(done.reasoning)] if done.reasoning else []
     text = [{"type": "text", "text": done.text}] if done.text else []
-    content = text + [tool_use(call) for call in done.tool_calls]
+    content = thought + text + [tool_use(call) for call in done.tool_calls]
     return {"id": new_id(), "type": "message", "role": "assistant", "model": model, "content": content,
             "stop_reason": stop_reason(done), "stop_sequence": stop_sequence(done), "usage": usage(done.timings)}
+
+
+def thinking_block(text: str) -> dict[str, Any]:
+    """A thinking block; its signature is empty, since a local model's thinking is not signed."""
+    return {"type": "thinking", "thinking": text, "signature": ""}
 
 
 def tool_use(call: Any) -> dict[str, Any]:

@@ -46,7 +46,8 @@ class _Generation(_Lenient):
     options: Options | None = None
     stream: bool = True
     keep_alive: str | float | None = None
-    think: bool | str | None = None  # accepted; the models served here do not think
+    think: bool | str | None = None  # true/false, or an effort: low | medium | high
+    reasoning_budget: int | None = Field(None, ge=0, description="localrun: most thinking tokens, then the answer")
 
 
 class GenerateRequest(_Generation):
@@ -65,6 +66,7 @@ class Message(_Lenient):
     images: list[str] | None = None
     tool_calls: list[dict[str, Any]] | None = None
     tool_name: str | None = None
+    thinking: str | None = None
 
 
 class ChatRequest(_Generation):

@@ -34,8 +34,8 @@ FOREVER = datetime(2318, 1, 1, tzinfo=timezone.utc)  # what Ollama shows for kee
 PROGRESS_EVERY_S = 0.1
 
 Body = GenerateRequest | ChatRequest
-Piece = Callable[[str, str], dict[str, Any]]
-Final = Callable[[str, Done, int, str], dict[str, Any]]
+Piece = Callable[[str, str, str], dict[str, Any]]
+Final = Callable[[str, Done, int, str, str], dict[str, Any]]
 
 
 def _stream_error(e: LocalrunError) -> str:
@@ -186,15 +186,15 @@ async def _answer(request: Request, body: Body, translate: Callable[[Any, int], 
         gen = await generation.start(manager, native)
         return ndjson_stream(_lines(gen, body.model, piece, final, started), _stream_error)
     done = (await unless_hung_up(request, generation.collect(manager, native))).choices[0]
-    return final(body.model, done, time.perf_counter_ns() - started, done.text)
+    return final(body.model, done, time.perf_counter_ns() - started, done.text, done.reasoning)
 
 
 async def _lines(gen: generation.Generation, model: str, piece: Piece, final: Final,
                  started: int) -> AsyncIterator[str]:
     async for event in gen:
         if isinstance(event, Delta):
-            if event.text:
-                yield ndjson(piece(model, event.text))
+            if event.text or event.reasoning:
+                yield ndjson(piece(model, event.text, event.reasoning))
         else:
             yield ndjson(final(model, event, time.perf_counter_ns() - started, ""))
 

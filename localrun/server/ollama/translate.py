@@ -13,7 +13,8 @@ from typing import Any
 
 from localrun.durations import parse_duration
 from localrun.errors import InvalidRequest
-from localrun.native import Done, GenerateRequest as NativeRequest, Timings
+from localrun.families import family_for
+from localrun.native import Done, GenerateRequest as NativeRequest, Timings, thinking
 from localrun.sampling import SamplingParams
 from localrun.server.ollama.protocol import ChatRequest, GenerateRequest, Message, Options
 from localrun.server.openai.translate import tool_definition  # Ollama's tools are OpenAI's
@@ -71,8 +72,10 @@ def chat_request(body: ChatRequest, default_ctx: int) -> NativeRequest:
 
 def _native(body: GenerateRequest | ChatRequest, default_ctx: int) -> NativeRequest:
     keep_alive = parse_duration(body.keep_alive) if body.keep_alive is not None else None
+    think, effort = thinking(body.think, "think")
     request = NativeRequest(model=body.model, sampling=sampling(body.options, default_ctx),
-                            num_ctx=body.options.num_ctx if body.options else None, keep_alive=keep_alive)
+                            num_ctx=body.options.num_ctx if body.options else None, keep_alive=keep_alive,
+                            think=think, reasoning_effort=effort, reasoning_budget=body.reasoning_budget)
     if isinstance(body.format, dict):
         request.json_schema = body.format
     elif body.format == "json":
@@ -91,6 +94,8 @@ def _message(message: Message, index: int) -> dict[str, Any]:
         out["tool_calls"] = [_template_call(call, f"call_{index}_{i}") for i, call in enumerate(message.tool_calls)]
     if message.tool_name:
         out["name"] = message.tool_name
+    if message.thinking:
+        out["reasoning_content"] = message.thinking
     return out
 
 
@@ -131,21 +136,22 @@ def ns(ms: float) -> int:
     return int(ms * 1_000_000)
 
 
-def generate_piece(model: str, text: str) -> dict[str, Any]:
-    return {"model": model, "created_at": created_at(), "response": text, "done": False}
+def generate_piece(model: str, text: str, thinking: str = "") -> dict[str, Any]:
+    piece = {"model": model, "created_at": created_at(), "response": text, "done": False}
+    return piece | {"thinking": thinking} if thinking else piece
 
 
-def chat_piece(model: str, text: str) -> dict[str, Any]:
-    return {"model": model, "created_at": created_at(), "message": {"role": "assistant", "content": text},
-            "done": False}
+def chat_piece(model: str, text: str, thinking: str = "") -> dict[str, Any]:
+    message = {"role": "assistant", "content": text} | ({"thinking": thinking} if thinking else {})
+    return {"model": model, "created_at": created_at(), "message": message, "done": False}
 
 
-def generate_final(model: str, done: Done, total_ns: int, text: str) -> dict[str, Any]:
-    return {**generate_piece(model, text), **final_fields(done, total_ns)}
+def generate_final(model: str, done: Done, total_ns: int, text: str, thinking: str = "") -> dict[str, Any]:
+    return {**generate_piece(model, text, thinking), **final_fields(done, total_ns)}
 
 
-def chat_final(model: str, done: Done, total_ns: int, text: str) -> dict[str, Any]:
-    answer = chat_piece(model, text)
+def chat_final(model: str, done: Done, total_ns: int, text: str, thinking: str = "") -> dict[str, Any]:
+    answer = chat_piece(model, text, thinking)
     if done.tool_calls:
         answer["message"]["tool_calls"] = [
             {"id": c.id, "function": {"index": i, "name": c.name, "arguments": c.arguments}}
@@ -213,7 +219,11 @@ def modelfile(model: Any, info: Any) -> str:
 
 def capabilities(info: Any) -> list[str]:
     """As Ollama decides: a model with a pooling type embeds, any other completes; tools when the
-    chat template renders them. (/api/embed works with every model; this is what the model is for.)"""
+    chat template renders them; "thinking" when its family thinks, and "thinking_always" (localrun's)
+    when no switch turns the thinking off (gpt-oss, Magistral, QwQ: `think: false` cannot stop them).
+    (/api/embed works with every model; this is what the model is for.)"""
     if f"{info.architecture}.pooling_type" in info.metadata:
         return ["embedding"]
-    return ["completion", "tools"] if "tools" in info.chat_template else ["completion"]
+    family = family_for(info.chat_template, info.architecture)
+    return ["completion", *(["tools"] if "tools" in info.chat_template else []),
+            *(["thinking"] if family.thinks else []), *(["thinking_always"] if not family.can_stop_thinking else [])]

@@ -56,6 +56,8 @@ async def chat_completions(body: ChatCompletionRequest, request: Request) -> Any
 
 def _chat_choice(done: Done, logprobs: Any, wanted: bool) -> dict[str, Any]:
     message: dict[str, Any] = {"role": "assistant", "content": done.text or (None if done.tool_calls else "")}
+    if done.reasoning:
+        message["reasoning_content"] = done.reasoning
     if done.tool_calls:
         message["tool_calls"] = t.tool_calls(done)
     return {"index": done.index, "message": message,
@@ -84,18 +86,23 @@ async def _chat_chunks(gen: generation.Generation, model: str, include_usage: bo
     started: set[int] = set()
     completion_tokens, last = 0, None
     async for event in gen:
-        if isinstance(event, Delta) and not event.logprobs and event.index in started:
+        if isinstance(event, Delta) and not event.logprobs and not event.reasoning and event.index in started:
             yield text_chunk(event.index, event.text)  # the common case, rendered cheaply
             continue
         delta: dict[str, Any] = {} if event.index in started else {"role": "assistant", "content": ""}
         started.add(event.index)
         if isinstance(event, Delta):
-            delta["content"] = event.text
+            if event.reasoning:
+                delta["reasoning_content"] = event.reasoning
+            if event.text or not event.reasoning:
+                delta["content"] = event.text
             logprobs = t.chat_logprobs(event.logprobs) if event.logprobs else None
             yield chunk([{"index": event.index, "delta": delta, "logprobs": logprobs, "finish_reason": None}])
             continue
-        if event.tool_calls:
-            delta["tool_calls"] = [{"index": i, **call} for i, call in enumerate(t.tool_calls(event))]
+        for piece in t.tool_call_deltas(event):
+            yield chunk([{"index": event.index, "delta": delta | {"tool_calls": [piece]}, "logprobs": None,
+                          "finish_reason": None}])
+            delta = {}
         completion_tokens += event.timings.generated_tokens
         last = event
         yield chunk([{"index": event.index, "delta": delta, "logprobs": None, "finish_reason": t.finish_reason(event)}])

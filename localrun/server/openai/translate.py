@@ -8,7 +8,7 @@ import uuid
 from typing import Any
 
 from localrun.errors import InvalidRequest
-from localrun.native import Done, GenerateRequest, TokenLogprob, Usage
+from localrun.native import Done, GenerateRequest, TokenLogprob, Usage, thinking
 from localrun.sampling import SamplingParams
 from localrun.server.openai.protocol import ChatCompletionRequest, CompletionRequest, SamplingFields
 
@@ -40,7 +40,9 @@ def chat_request(body: ChatCompletionRequest) -> GenerateRequest:
         sampling=sampling(body, max_tokens, (body.top_logprobs or 0) if body.logprobs else None),
         n=body.n, num_ctx=body.num_ctx, keep_alive=body.keep_alive,
         tools=[tool_definition(t) for t in body.tools] if body.tools else None, tool_choice=_tool_choice(body.tool_choice),
+        reasoning_budget=body.reasoning_budget,
     )
+    request.think, request.reasoning_effort = _thinking(body)
     fmt = body.response_format
     if fmt is not None and fmt.type == "json_object":
         request.json_mode = True
@@ -50,6 +52,15 @@ def chat_request(body: ChatCompletionRequest) -> GenerateRequest:
             raise InvalidRequest("response_format.json_schema.schema must be a JSON schema object")
         request.json_schema = schema
     return request
+
+
+def _thinking(body: ChatCompletionRequest) -> tuple[bool | None, str | None]:
+    """reasoning_effort, or llama-server's chat_template_kwargs (enable_thinking, reasoning_effort)."""
+    kwargs = body.chat_template_kwargs or {}
+    effort = body.reasoning_effort or kwargs.get("reasoning_effort")
+    think, effort = thinking(effort, "reasoning_effort")
+    switch = kwargs.get("enable_thinking")
+    return (switch if isinstance(switch, bool) else think), effort
 
 
 def completion_request(body: CompletionRequest) -> GenerateRequest:
@@ -73,9 +84,11 @@ def normalize_message(message: dict[str, Any]) -> dict[str, Any]:
     out: dict[str, Any] = {"role": "system" if role == "developer" else role, "content": _text(message.get("content"))}
     if message.get("tool_calls"):
         out["tool_calls"] = [_template_call(call) for call in message["tool_calls"]]
-    for key in ("tool_call_id", "name"):
+    for key in ("tool_call_id", "name", "reasoning_content"):
         if message.get(key):
             out[key] = message[key]
+    if role == "assistant" and message.get("reasoning") and "reasoning_content" not in out:  # OpenRouter's name
+        out["reasoning_content"] = message["reasoning"]
     return out
 
 
@@ -140,6 +153,18 @@ def usage(u: Usage) -> dict[str, Any]:
 def tool_calls(done: Done) -> list[dict[str, Any]]:
     return [{"id": c.id, "type": "function", "function": {"name": c.name, "arguments": json.dumps(c.arguments)}}
             for c in done.tool_calls]
+
+
+def tool_call_deltas(done: Done) -> list[dict[str, Any]]:
+    """A stream's tool calls as OpenAI sends them: each call opens with its own index, id and name,
+    then its arguments follow as a delta (clients concatenate them per index)."""
+    out = []
+    for index, call in enumerate(tool_calls(done)):
+        function = call["function"]
+        out.append({"index": index, "id": call["id"], "type": "function",
+                    "function": {"name": function["name"], "arguments": ""}})
+        out.append({"index": index, "function": {"arguments": function["arguments"]}})
+    return out
 
 
 def chat_logprobs(items: list[TokenLogprob]) -> dict[str, Any]:
