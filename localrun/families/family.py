@@ -30,6 +30,7 @@ class Family:
     think: tuple[str, str] | None = None  # the markers around a thought; None: the family does not think
     harmony: bool = False  # gpt-oss: channels instead of think markers
     think_switch: str | None = None  # the template variable that turns thinking on/off (e.g. enable_thinking)
+    thinks_by_default: bool = True  # what the switch is set to when a request does not say (Granite: off)
     effort: bool = False  # the template takes reasoning_effort (low/medium/high)
     call_markers: tuple[str, ...] = json_calls.MARKERS  # where a tool call may start (held back while streaming)
     parse_calls: ParseCalls = field(default=_json(*json_calls.MARKERS))
@@ -53,10 +54,10 @@ class Family:
         return f"\n{self.think[1]}\n\n" if self.think else ""
 
     def template_vars(self, think: bool | None, effort: str | None) -> dict[str, Any]:
-        """What the chat template gets to steer thinking (only what the request set)."""
+        """What the chat template gets to steer thinking."""
         out: dict[str, Any] = {}
-        if self.think_switch and think is not None:
-            out[self.think_switch] = think
+        if self.think_switch:  # set either way: some templates think only when told (DeepSeek R1 as llama.cpp ships it)
+            out[self.think_switch] = self.thinks_by_default if think is None else think
         if self.effort and effort:
             out["reasoning_effort"] = effort
         return out
@@ -119,7 +120,7 @@ RULES: list[tuple[tuple[str, ...], Callable[[str], Family]]] = [
                                                       **_thinking(t))),
     (("<|tool_call|>",), lambda t: Family("granite", call_markers=(json_calls.GRANITE_OPEN,),
                                           parse_calls=_json(json_calls.GRANITE_OPEN), special_text=True,
-                                          **_thinking(t, switch="thinking"))),
+                                          thinks_by_default=False, **_thinking(t, switch="thinking"))),
     (("<|START_THINKING|>",), lambda t: Family(
         "command-r", think=("<|START_THINKING|>", "<|END_THINKING|>"), think_switch="enable_thinking",
         call_markers=_COMMAND_R, parse_calls=_json(*_COMMAND_R), special_text=True)),

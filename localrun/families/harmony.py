@@ -4,7 +4,7 @@
     <|start|>assistant<|channel|>commentary to=functions.get_weather <|constrain|>json<|message|>{"city": "Oslo"}<|call|>
     <|start|>assistant<|channel|>final<|message|>ANSWER<|return|>
 
-The header before `<|message|>` says what the body is: `to=functions.NAME` a tool call (its body the
+The header before `<|message|>` (the recipient may come before the channel: `to=functions.NAME<|channel|>`) says what the body is: `to=functions.NAME` a tool call (its body the
 JSON arguments), the analysis channel thinking, anything else (final, a commentary preamble) answer.
 These are control tokens, so the family asks the engine for special-token text. A model that writes no
 header at all is answering.
@@ -18,6 +18,7 @@ from localrun.families.holdback import partial_marker
 from localrun.families.pieces import CALL, CONTENT, REASONING, Piece
 
 MESSAGE = "<|message|>"
+HEADER_STARTS = ("<|", "to=")  # a header, or the recipient written right after the prompt's <|start|>assistant
 ENDS = ("<|end|>", "<|call|>", "<|return|>", "<|start|>")
 CLOSE_THOUGHT = "<|end|><|start|>assistant<|channel|>final<|message|>"  # what a reasoning budget forces
 _RECIPIENT = re.compile(r"to=functions\.([^\s<]+)")
@@ -43,7 +44,7 @@ class HarmonySplitter:
         out = []
         if self._body is not None:
             out.append(Piece(self._body.kind, self._pending, self._body.name))
-        elif self._pending.strip():
+        elif self._pending:
             out.append(Piece(CONTENT, self._pending))
         self._pending, self._body = "", None
         return _merged(out)
@@ -67,7 +68,7 @@ class HarmonySplitter:
 
     def _header(self) -> bool:
         head = self._pending.lstrip()
-        if not head.startswith("<|") and not "<|".startswith(head):
+        if not any(head.startswith(s) or s.startswith(head) for s in HEADER_STARTS):
             self._body = Piece(CONTENT, "")  # no harmony header: plain answer
             return True
         at = self._pending.find(MESSAGE)
