@@ -36,6 +36,7 @@ class Options(_Lenient):
     presence_penalty: float | None = None
     frequency_penalty: float | None = None
     speculative: int | None = Field(None, ge=0, le=MAX_DRAFT, description="localrun: most tokens drafted per step; 0 = off")
+    reasoning_budget: int | None = Field(None, ge=0, description="localrun: most thinking tokens, then the answer")
 
 
 class _Generation(_Lenient):
@@ -47,7 +48,6 @@ class _Generation(_Lenient):
     stream: bool = True
     keep_alive: str | float | None = None
     think: bool | str | None = None  # true/false, or an effort: low | medium | high
-    reasoning_budget: int | None = Field(None, ge=0, description="localrun: most thinking tokens, then the answer")
 
 
 class GenerateRequest(_Generation):

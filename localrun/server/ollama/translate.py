@@ -75,7 +75,8 @@ def _native(body: GenerateRequest | ChatRequest, default_ctx: int) -> NativeRequ
     think, effort = thinking(body.think, "think")
     request = NativeRequest(model=body.model, sampling=sampling(body.options, default_ctx),
                             num_ctx=body.options.num_ctx if body.options else None, keep_alive=keep_alive,
-                            think=think, reasoning_effort=effort, reasoning_budget=body.reasoning_budget)
+                            think=think, reasoning_effort=effort,
+                            reasoning_budget=body.options.reasoning_budget if body.options else None)
     if isinstance(body.format, dict):
         request.json_schema = body.format
     elif body.format == "json":
