@@ -227,3 +227,10 @@ def test_no_output_makes_a_parser_raise_and_plain_text_passes_unchanged(name, pi
     text = "".join(pieces)
     if not any(char in text for char in "<[{|"):
         assert (reasoning, streamed + rest) == ("", text)
+
+
+@pytest.mark.parametrize("name", [c[0] for c in CHOSEN])
+def test_every_family_reads_the_generic_call_a_forced_tool_choice_writes(name):
+    forced = '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Oslo"}}\n</tool_call>'
+    _, content, calls = parse(family(name), forced, "", 4)
+    assert (content, calls) == ("", [("get_weather", {"city": "Oslo"})])

@@ -115,3 +115,19 @@ def test_thinking_sent_back_is_accepted_on_every_route(daemon, model, oai):
                                                               {"type": "text", "text": "Paris."}]}, turn[-1]]
     client = anthropic.Anthropic(base_url=daemon.url, api_key="unused")
     assert client.messages.create(model=MODEL, max_tokens=4, messages=anthropic_turn).stop_reason
+
+
+def test_a_forced_tool_call_turns_thinking_off_and_streams_with_its_own_index(oai):
+    weather = {"type": "function", "function": {"name": "get_weather", "parameters": {
+        "type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}}
+    request = dict(model=MODEL, messages=[{"role": "user", "content": "Weather in Oslo?"}], tools=[weather],
+                   tool_choice="required", temperature=0, max_tokens=40)
+    whole = oai.chat.completions.create(**request).choices[0]
+    assert whole.finish_reason == "tool_calls" and getattr(whole.message, "reasoning_content", None) is None
+    assert whole.message.tool_calls[0].function.name == "get_weather"
+    chunks = [c for c in oai.chat.completions.create(**request, stream=True) if c.choices]
+    calls = [d for c in chunks for d in c.choices[0].delta.tool_calls or []]
+    assert [(d.index, d.function.name) for d in calls if d.function.name] == [(0, "get_weather")]
+    assert "".join(d.function.arguments or "" for d in calls) == whole.message.tool_calls[0].function.arguments
+    assert chunks[-1].choices[0].finish_reason == "tool_calls"
+    assert not "".join(c.choices[0].delta.content or "" for c in chunks)

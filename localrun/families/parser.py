@@ -2,8 +2,9 @@
 
 The family's splitter separates thinking from the answer; the answer goes through the call holdback
 (when tools are offered) so that a call's raw text never streams as content; at the end the held text
-is parsed with the family's call format. A call that does not parse is given back as text: a malformed
-call never fails the request.
+is parsed with the family's call format, or else the generic `<tool_call>` format, which is what the
+grammar of a forced tool_choice writes for every family. A call that does not parse is given back as
+text: a malformed call never fails the request.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from typing import Collection
 
 from localrun.families.family import Family
 from localrun.families.holdback import CallHoldback
-from localrun.families.json_calls import new_call_id
+from localrun.families.json_calls import HERMES_OPEN, new_call_id, parse_tool_calls
 from localrun.families.pieces import CALL, REASONING, Piece
 from localrun.native import ToolCall
 
@@ -23,7 +24,8 @@ class OutputParser:
         self.family = family
         self.names = tool_names
         self._splitter = family.splitter(prompt)
-        self._holdback = CallHoldback(family.call_markers) if tool_names is not None and family.call_markers else None
+        markers = tuple(dict.fromkeys((*family.call_markers, HERMES_OPEN)))
+        self._holdback = CallHoldback(markers) if tool_names is not None else None
         self._calls: list[ToolCall] = []
 
     @property
@@ -40,6 +42,8 @@ class OutputParser:
         reasoning, content = self._route(self._splitter.finish())
         held = self._holdback.finish() if self._holdback else ""
         rest, calls = self.family.parse_calls(held, self.names) if held else ("", [])
+        if held and not calls:  # a call forced by tool_choice is written in the generic format
+            rest, calls = parse_tool_calls(held, self.names, (HERMES_OPEN,))
         return reasoning, content + rest, self._calls + calls
 
     def _route(self, pieces: list[Piece]) -> tuple[str, str]:

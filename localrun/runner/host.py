@@ -19,8 +19,8 @@ from localrun.engine import Engine, Finished, Request, Token
 from localrun.engine.embed import Truncate
 from localrun.engine.perplexity import perplexity
 from localrun.errors import InvalidRequest, LocalrunError
+from localrun.families import GENERIC, Family, OutputParser, family_for
 from localrun.native import Delta, Done, GenerateRequest, TokenLogprob, encode_event
-from localrun.families import Family, OutputParser, family_for
 from localrun.runner.prompt import build_chat, build_grammar, build_prompt
 from localrun.runner.protocol import Channel
 from localrun.sampling import SamplingParams
@@ -107,7 +107,7 @@ class RunnerHost:
 
     def _op_generate(self, rid: str, message: dict[str, Any]) -> None:
         request = GenerateRequest.from_dict(message["request"])
-        family = self.family if request.messages is not None else Family("completion")
+        family = self.family if request.messages is not None else GENERIC  # a raw prompt has no template
         text, prompt = build_chat(self.engine, request, family)
         sampling = request.sampling
         sampling.grammar = build_grammar(request) or sampling.grammar
@@ -210,7 +210,7 @@ class RunnerHost:
             return []
         if isinstance(event, Token):
             if choice.over_budget():
-                close = self.family.close_thought
+                close = choice.parser.family.close_thought
                 self.engine.force(event.request_id, self.engine.tokenize(close, add_special=False, parse_special=True))
             reasoning, text = choice.parser.push(event.text)
             if text or reasoning or event.logprob is not None:

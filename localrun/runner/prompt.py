@@ -33,13 +33,20 @@ def build_chat(engine: Engine, request: GenerateRequest, family: Family) -> tupl
     history = [family.with_history(m) if m.get("role") == "assistant" else m for m in request.messages]
     messages, template_tools = prepare_messages(history, tools, engine.model.chat_template())
     prefill = _prefill(messages)
-    think = request.think if request.reasoning_budget != 0 else False
+    think = False if request.reasoning_budget == 0 or _constrained(request) else request.think
     text = engine.render_chat(messages, tools=template_tools, add_generation_prompt=prefill is None,
                               **family.template_vars(think, request.reasoning_effort))
     if prefill is not None:
         text = _continuing(text, prefill)
     bos = engine.info.get("bos_token") or ""
     return text, engine.tokenize(text, add_special=not (bos and text.startswith(bos)), parse_special=True)
+
+
+def _constrained(request: GenerateRequest) -> bool:
+    """A grammar shapes the output from its first token, so there is no room for a thought: thinking
+    goes off (where the family can turn it off) for forced tool calls and structured output."""
+    forced = request.tool_choice not in (None, "none", "auto") and bool(request.tools)
+    return forced or request.json_schema is not None or request.json_mode
 
 
 def _prefill(messages: list[dict]) -> str | None:
