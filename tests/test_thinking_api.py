@@ -18,12 +18,38 @@ import ollama
 import openai
 import pytest
 
+from localrun.errors import InvalidRequest
+from localrun.native import thinking
+from localrun.server.anthropic.translate import thinking as anthropic_thinking
 from tests.tiny_gguf import with_chat_template
 
 MODEL = "r1-smollm2"
 TEMPLATE = Path(__file__).parent / "data" / "templates" / "deepseek-ai-DeepSeek-R1-Distill-Qwen-32B.jinja"
 ASK = [{"role": "user", "content": "What is the capital of France?"}]
 BUDGET = 6
+
+
+@pytest.mark.parametrize("value, expected", [
+    (None, (None, None)), (True, (True, None)), (False, (False, None)), ("none", (False, None)),
+    ("minimal", (True, "low")), ("low", (True, "low")), ("medium", (True, "medium")), ("high", (True, "high")),
+])
+def test_ollama_think_and_openai_effort_become_one_switch(value, expected):
+    assert thinking(value, "think") == expected
+
+
+@pytest.mark.parametrize("config, expected", [
+    (None, (None, None)), ({"type": "disabled"}, (False, None)), ({"type": "adaptive"}, (True, None)),
+    ({"type": "enabled", "budget_tokens": 2048}, (True, 2048)),
+])
+def test_anthropic_thinking_config_becomes_a_switch_and_a_budget(config, expected):
+    assert anthropic_thinking(config) == expected
+
+
+@pytest.mark.parametrize("bad", [{"type": "enabled"}, {"type": "enabled", "budget_tokens": 0},
+                                 {"type": "enabled", "budget_tokens": True}, {"type": "sometimes"}])
+def test_a_bad_anthropic_thinking_config_is_refused(bad):
+    with pytest.raises(InvalidRequest, match="thinking"):
+        anthropic_thinking(bad)
 
 
 @pytest.fixture(scope="module")
