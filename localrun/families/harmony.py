@@ -1,11 +1,12 @@
 """gpt-oss's harmony format: the output is a series of messages on channels.
 
     <|channel|>analysis<|message|>THINKING<|end|>
-    <|start|>assistant<|channel|>commentary to=functions.get_weather <|constrain|>json<|message|>{"city": "Oslo"}<|call|>
+    <|start|>assistant<|channel|>commentary to=functions.get_weather <|constrain|>json<|message|>{...}<|call|>
     <|start|>assistant<|channel|>final<|message|>ANSWER<|return|>
 
-The header before `<|message|>` (the recipient may come before the channel: `to=functions.NAME<|channel|>`) says what the body is: `to=functions.NAME` a tool call (its body the
-JSON arguments), the analysis channel thinking, anything else (final, a commentary preamble) answer.
+The header before `<|message|>` says what the body is: `to=functions.NAME` a tool call (its body the
+JSON arguments; the recipient may also come before the channel), the analysis channel thinking,
+anything else (final, a commentary preamble) answer.
 These are control tokens, so the family asks the engine for special-token text. A model that writes no
 header at all is answering.
 """

@@ -122,5 +122,5 @@ def _skip(text: str, pos: int, chars: str) -> int:
     return pos
 
 
-__all__ = ["COMMAND_R7B_OPEN", "COMMAND_R_OPEN", "GRANITE_OPEN", "HERMES_CLOSE", "HERMES_OPEN", "MARKERS", "MISTRAL_OPEN", "PYTHON_TAG",
-           "new_call_id", "parse_tool_calls"]
+__all__ = ["COMMAND_R7B_OPEN", "COMMAND_R_OPEN", "GRANITE_OPEN", "HERMES_CLOSE", "HERMES_OPEN", "MARKERS",
+           "MISTRAL_OPEN", "PYTHON_TAG", "new_call_id", "parse_tool_calls"]

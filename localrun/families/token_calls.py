@@ -1,8 +1,10 @@
-"""Tool calls framed by special tokens, with JSON arguments: DeepSeek and Kimi K2.
+"""Tool calls framed by special tokens, with JSON arguments: DeepSeek and Kimi K2 (one call shown; a
+section holds one or more, and ends with <｜tool▁calls▁end｜> / <|tool_calls_section_end|>).
 
-    DeepSeek R1   <｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>NAME\n```json\n{...}\n```<｜tool▁call▁end｜>...<｜tool▁calls▁end｜>
-    DeepSeek V3.1 <｜tool▁calls▁begin｜><｜tool▁call▁begin｜>NAME<｜tool▁sep｜>{...}<｜tool▁call▁end｜>...<｜tool▁calls▁end｜>
-    Kimi K2       <|tool_calls_section_begin|><|tool_call_begin|>functions.NAME:0<|tool_call_argument_begin|>{...}<|tool_call_end|>...<|tool_calls_section_end|>
+    DeepSeek R1   <｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>NAME\n```json\n{...}\n```<｜tool▁call▁end｜>
+    DeepSeek V3.1 <｜tool▁calls▁begin｜><｜tool▁call▁begin｜>NAME<｜tool▁sep｜>{...}<｜tool▁call▁end｜>
+    Kimi K2       <|tool_calls_section_begin|><|tool_call_begin|>functions.NAME:0
+                  <|tool_call_argument_begin|>{...}<|tool_call_end|>
 
 These tokens are control tokens, so the family asks the engine for special-token text. A call whose
 arguments are not a JSON object stays text, and so does the section around it.
@@ -25,8 +27,8 @@ _DEEPSEEK_CALL = re.compile(
     r"<｜tool▁call▁begin｜>\s*(?:function<｜tool▁sep｜>([^\n]+)\n```(?:json)?\s*(.*?)\s*```"
     r"|([^<]+?)<｜tool▁sep｜>(.*?))\s*<｜tool▁call▁end｜>", re.S)
 _KIMI_SECTION = re.compile(r"<\|tool_calls_section_begin\|>(.*?)(?:<\|tool_calls_section_end\|>|$)", re.S)
-_KIMI_CALL = re.compile(
-    r"<\|tool_call_begin\|>\s*(?:functions\.)?([^:<\s]+)(?::\d+)?\s*<\|tool_call_argument_begin\|>(.*?)<\|tool_call_end\|>", re.S)
+_KIMI_CALL = re.compile(r"<\|tool_call_begin\|>\s*(?:functions\.)?([^:<\s]+)(?::\d+)?\s*"
+                        r"<\|tool_call_argument_begin\|>(.*?)<\|tool_call_end\|>", re.S)
 
 
 def parse_deepseek(text: str, names: Collection[str] | None = None) -> tuple[str, list[ToolCall]]:

@@ -4,7 +4,8 @@ Content blocks map onto the native (OpenAI-shaped) conversation: `text` is conte
 `tool_use` blocks are its tool calls, a user's `tool_result` blocks are `tool` messages (before the
 user's own text, since they answer the previous turn), `thinking` is kept as `reasoning_content` for
 templates that render it. `thinking: {type: enabled, budget_tokens}` turns thinking on with a budget;
-the answer's thinking comes back as a `thinking` block before the text. Images and documents are refused: no model here has vision.
+the answer's thinking comes back as a `thinking` block before the text. Images and documents are
+refused: no model here has vision.
 """
 
 from __future__ import annotations
@@ -83,7 +84,7 @@ def system_text(system: str | list[dict[str, Any]] | None) -> str:
 def _messages(message: Message) -> list[dict[str, Any]]:
     if isinstance(message.content, str):
         return [{"role": message.role, "content": message.content}]
-    texts, calls, results, thinking = [], [], [], []
+    texts, calls, results, thoughts = [], [], [], []
     for block in message.content:
         kind = block.get("type")
         if kind == "text":
@@ -94,14 +95,14 @@ def _messages(message: Message) -> list[dict[str, Any]]:
         elif kind == "tool_result" and message.role == "user":
             results.append({"role": "tool", "tool_call_id": block.get("tool_use_id"), "content": _result_text(block)})
         elif kind == "thinking":
-            thinking.append(str(block.get("thinking", "")))
+            thoughts.append(str(block.get("thinking", "")))
         elif kind != "redacted_thinking":
             raise _unsupported(kind)
     own: dict[str, Any] = {"role": message.role, "content": "\n".join(texts)}
     if calls:
         own["tool_calls"] = calls
-    if thinking:
-        own["reasoning_content"] = "\n".join(thinking)
+    if thoughts:
+        own["reasoning_content"] = "\n".join(thoughts)
     return results + ([own] if texts or calls or not results else [])
 
 
