@@ -234,3 +234,18 @@ def test_every_family_reads_the_generic_call_a_forced_tool_choice_writes(name):
     forced = '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Oslo"}}\n</tool_call>'
     _, content, calls = parse(family(name), forced, "", 4)
     assert (content, calls) == ("", [("get_weather", {"city": "Oslo"})])
+
+
+@pytest.mark.parametrize("name, expected", [
+    ("Qwen-Qwen2.5-7B-Instruct", ["completion", "tools"]),
+    ("Qwen-Qwen3-0.6B", ["completion", "tools", "thinking"]),
+    ("openai-gpt-oss-120b", ["completion", "tools", "thinking", "thinking_always"]),
+    ("google-gemma-2-2b-it", ["completion"]),
+])
+def test_api_show_capabilities_say_whether_a_model_thinks_and_whether_it_can_stop(name, expected):
+    from types import SimpleNamespace
+
+    from localrun.server.ollama.translate import capabilities
+
+    info = SimpleNamespace(architecture="llama", metadata={}, chat_template=template(name))
+    assert capabilities(info) == expected
