@@ -42,6 +42,10 @@ class UsageError(LocalrunError):
 class InvalidRequest(LocalrunError):
     status = 400
 
+    def __init__(self, message: str, param: str | None = None) -> None:
+        super().__init__(message)
+        self.param = param  # the request field at fault ("messages[1].role"), when known
+
 
 class ContextOverflow(InvalidRequest):
     pass

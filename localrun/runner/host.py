@@ -10,8 +10,10 @@ context of its own and can run for minutes, runs on a thread of its own.
 from __future__ import annotations
 
 import queue
+import sys
 import threading
 import time
+import traceback
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
@@ -98,6 +100,8 @@ class RunnerHost:
             handler(rid, message)
         except LocalrunError as e:
             self._error(rid, e)
+        except Exception as e:  # noqa: BLE001 - one request's bug must not end the others
+            self._error(rid, internal_error(e))
 
     def _error(self, rid: str, error: LocalrunError) -> None:
         self.channel.send({"type": "error", "id": rid, "message": error.message, "error": type(error).__name__})
@@ -108,11 +112,17 @@ class RunnerHost:
         sampling = request.sampling
         sampling.grammar = build_grammar(request) or sampling.grammar
         tools = active_tools(request.tools, request.tool_choice)
-        for index in range(max(1, request.n)):
-            key = f"{rid}#{index}"
-            choice_sampling = sampling if request.n <= 1 or sampling.seed is None else _reseeded(sampling, index)
-            self.engine.add(Request(id=key, prompt=prompt, sampling=choice_sampling))
-            self.choices[key] = _Choice(rid, index, tools=tools, holdback=CallHoldback() if tools else None)
+        keys = [f"{rid}#{index}" for index in range(max(1, request.n))]
+        try:
+            for index, key in enumerate(keys):
+                choice_sampling = sampling if request.n <= 1 or sampling.seed is None else _reseeded(sampling, index)
+                self.engine.add(Request(id=key, prompt=prompt, sampling=choice_sampling))
+                self.choices[key] = _Choice(rid, index, tools=tools, holdback=CallHoldback() if tools else None)
+        except Exception:
+            for key in keys:  # the choices already queued go too: the request failed as a whole
+                if self.choices.pop(key, None) is not None:
+                    self.engine.cancel(key)
+            raise
         self.channel.send({"type": "accepted", "id": rid, "prompt_tokens": len(prompt)})
 
     def _op_cancel(self, rid: str, message: dict[str, Any]) -> None:
@@ -184,6 +194,9 @@ class RunnerHost:
         """The prompt's own tokens with their log-probabilities (the first has none) and top alternatives."""
         engine = self.engine
         tokens = engine.tokenize(message["prompt"], add_special=True, parse_special=True)
+        if not tokens:  # an empty prompt (for a model that adds no BOS) has nothing to score
+            self._result(rid, {"tokens": []})
+            return
         rows = engine.prompt_logprobs(tokens, message.get("top", 0))
         piece = lambda token: engine.detokenize([token])  # noqa: E731
         items = [[piece(tokens[0]), None, []]] + [
@@ -221,6 +234,14 @@ class RunnerHost:
     def _delta(self, choice: _Choice, text: str, logprobs: list[Any]) -> dict[str, Any]:
         choice.text.append(text)
         return {"type": "delta", "id": choice.request_id, "index": choice.index, "text": text, "logprobs": logprobs}
+
+
+def internal_error(error: Exception) -> LocalrunError:
+    """What the caller of a request that hit a bug in the runner is told: the error's type only (no
+    source lines, no paths); the traceback goes to the runner's stderr, which the daemon logs."""
+    traceback.print_exception(error, file=sys.stderr)
+    return LocalrunError(f"internal error in the runner ({type(error).__name__}); this request was ended, "
+                         "the model goes on serving the others")
 
 
 def _logprobs(engine: Engine, event: Token) -> list[Any]:

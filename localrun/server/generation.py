@@ -17,6 +17,7 @@ from typing import Any, AsyncIterator
 from localrun.native import Delta, Done, Event, GenerateRequest, Timings, TokenLogprob, ToolCall
 from localrun.server.manager import ModelManager
 from localrun.server.metrics import Observer
+from localrun.server.validate import check_generate
 
 
 @dataclass(slots=True)
@@ -31,6 +32,7 @@ class Generation:
 
 
 async def start(manager: ModelManager, request: GenerateRequest) -> Generation:
+    check_generate(request)
     stack = contextlib.AsyncExitStack()
     started = time.perf_counter()
     try:

@@ -22,7 +22,7 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, AsyncIterator, Callable
+from typing import Any, AsyncIterator, Callable, Iterable
 
 from localrun.errors import ModelLoadError, RunnerCrashed, error_class
 from localrun.runner.protocol import encode
@@ -170,7 +170,7 @@ class RunnerProcess:
             status = f"killed by signal {signal.Signals(-code).name}"
         else:
             status = f"exit code {code}"
-        tail = " | ".join(list(self._stderr)[-3:])
+        tail = " | ".join(_told(self._stderr)[-3:])
         return f"{status}" + (f": {tail}" if tail else "")
 
     async def call(self, op: str, **fields: Any) -> dict[str, Any]:
@@ -289,6 +289,12 @@ class _Lines(asyncio.Protocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._on_eof()
+
+
+def _told(lines: Iterable[str]) -> list[str]:
+    """The stderr lines a caller may see: a Python traceback's header, frames and source lines are left
+    out (they name files and code), its final `Error: message` line and llama.cpp's own lines stay."""
+    return [line for line in lines if not line.startswith(("Traceback ", " ", "\t"))]
 
 
 def _result(message: dict[str, Any]) -> dict[str, Any]:

@@ -10,6 +10,7 @@ from typing import Any, Callable
 import uvicorn
 
 from localrun.config import Config
+from localrun.server.timeouts import HeaderDeadline
 
 GRACEFUL_SHUTDOWN_S = 10
 
@@ -29,11 +30,11 @@ def run_server(config: Config, host: str, port: int, insecure: bool = False) -> 
     level = logging.DEBUG if config.debug else logging.INFO
     logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     app = create_app(config)
-    # http="h11": uvicorn would switch to httptools wherever that happens to be installed, and httptools
-    # answers methods it does not know with its own 400 instead of the app's 405.
+    # h11 (with a deadline for headers): uvicorn would switch to httptools wherever that happens to be
+    # installed, and httptools answers methods it does not know with its own 400 instead of the app's 405.
     server = _Server(uvicorn.Config(app, host=host, port=port, log_level="debug" if config.debug else "info",
                                     timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_S, access_log=config.debug,
-                                    http="h11"),
+                                    http=HeaderDeadline),
                      on_exit=app.state.manager.begin_shutdown)
     server.run()
 

@@ -6,27 +6,25 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
 from localrun.sampling import MAX_DRAFT
+from localrun.server.wire import WireModel
 
 
-class _Lenient(BaseModel):
-    model_config = ConfigDict(extra="allow")
-
-
-class Message(_Lenient):
-    role: Literal["user", "assistant"]
+class Message(WireModel):
+    # "system" is not in Anthropic's reference, but Claude Code sends system reminders this way
+    role: Literal["user", "assistant", "system"]
     content: str | list[dict[str, Any]]
 
 
-class ToolChoice(_Lenient):
+class ToolChoice(WireModel):
     type: Literal["auto", "any", "tool", "none"] = "auto"
     name: str | None = None
     disable_parallel_tool_use: bool | None = None
 
 
-class CountTokensRequest(_Lenient):
+class CountTokensRequest(WireModel):
     model: str = Field(min_length=1)
     messages: list[Message] = Field(min_length=1)
     system: str | list[dict[str, Any]] | None = None

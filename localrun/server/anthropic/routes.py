@@ -18,8 +18,9 @@ from localrun.server.anthropic.stream import message_events
 from localrun.server.errors import error_body
 from localrun.server.hangup import unless_hung_up
 from localrun.server.streaming import event_stream, sse
+from localrun.server.jsonbody import JSONBodyRoute
 
-router = APIRouter(tags=["anthropic"])
+router = APIRouter(tags=["anthropic"], route_class=JSONBodyRoute)
 
 
 def _stream_error(e: LocalrunError) -> str:

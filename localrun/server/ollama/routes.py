@@ -20,7 +20,7 @@ from localrun.server import generation
 from localrun.server.hangup import unless_hung_up
 from localrun.server.manager import Loaded, ModelManager
 from localrun.server.ollama import translate as t
-from localrun.server.ollama.jsonbody import JSONBodyRoute
+from localrun.server.jsonbody import JSONBodyRoute
 from localrun.server.ollama.protocol import (
     ChatRequest, CopyRequest, EmbeddingsRequest, EmbedRequest, GenerateRequest, ModelRequest, PullRequest,
     ShowRequest,

@@ -5,20 +5,17 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
 from localrun.sampling import MAX_DRAFT
+from localrun.server.wire import WireModel
 
 
-class _Lenient(BaseModel):
-    model_config = ConfigDict(extra="allow")
-
-
-class StreamOptions(_Lenient):
+class StreamOptions(WireModel):
     include_usage: bool = False
 
 
-class SamplingFields(_Lenient):
+class SamplingFields(WireModel):
     """Fields shared by chat and text completions, including the llama.cpp/Ollama extensions."""
 
     model: str = Field(min_length=1)
@@ -43,7 +40,7 @@ class SamplingFields(_Lenient):
     speculative: int | None = Field(None, ge=0, le=MAX_DRAFT, description="localrun: most tokens drafted per step; 0 = off")
 
 
-class ResponseFormat(_Lenient):
+class ResponseFormat(WireModel):
     type: Literal["text", "json_object", "json_schema"] = "text"
     json_schema: dict[str, Any] | None = None
 
@@ -67,7 +64,7 @@ class CompletionRequest(SamplingFields):
     suffix: str | None = None
 
 
-class EmbeddingRequest(_Lenient):
+class EmbeddingRequest(WireModel):
     model: str = Field(min_length=1)
     input: str | list[str] | list[int] | list[list[int]]
     encoding_format: Literal["float", "base64"] = "float"

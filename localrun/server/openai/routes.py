@@ -14,8 +14,9 @@ from localrun.server.hangup import unless_hung_up
 from localrun.server.openai import translate as t
 from localrun.server.openai.protocol import ChatCompletionRequest, CompletionRequest, EmbeddingRequest
 from localrun.server.streaming import HOLE, Template, event_stream, sse
+from localrun.server.jsonbody import JSONBodyRoute
 
-router = APIRouter(tags=["openai"])
+router = APIRouter(tags=["openai"], route_class=JSONBodyRoute)
 
 
 def _stream_error(e: LocalrunError) -> str:
