@@ -54,7 +54,7 @@ def check_tool_choice(tools: list[dict[str, Any]] | None, choice: Any) -> None:
         raise InvalidRequest(f"tool_choice names the tool {name!r}, which is not among the tools")
 
 
-def check_output_schema(schema: Any, where: str = "response schema") -> None:
+def check_output_schema(schema: Any, where: str = "output schema") -> None:
     """An output schema: valid, affordable, and using only keywords the grammar can enforce."""
     check_schema(schema, where)
     check_supported(normalized(schema), where)

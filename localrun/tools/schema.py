@@ -92,11 +92,11 @@ def check_schema(schema: Any, where: str = "schema") -> None:
     """Raise InvalidRequest (400, naming the place) unless `schema` is a valid JSON Schema whose
     grammar stays within the cost bounds."""
     if not isinstance(schema, (dict, bool)):
-        raise InvalidRequest(f"{where}: a JSON schema must be an object")
+        raise InvalidRequest(f"{where}: a JSON schema must be an object", param=where)
     check_cost(schema, where)
     problem = _meta_problem(json.dumps(schema, sort_keys=True))
     if problem:
-        raise InvalidRequest(f"invalid JSON schema: {where}{problem}")
+        raise InvalidRequest(f"invalid JSON schema: {where}{problem}", param=where)
 
 
 @functools.lru_cache(maxsize=256)

@@ -93,6 +93,17 @@ def _merged_reminders(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return out
 
 
+def system_text(system: str | list[dict[str, Any]] | None) -> str:
+    """The system prompt as text (block cache_control ignored), without Claude Code's per-request
+    billing-header line, which would change the prompt's first tokens and defeat prefix caching."""
+    if isinstance(system, list):
+        system = "\n".join(_text_block(block, "system") for block in system)
+    text = system or ""
+    if text.startswith(BILLING_HEADER):
+        text = text.partition("\n")[2].lstrip("\n")
+    return text
+
+
 def _messages(message: Message) -> list[dict[str, Any]]:
     if isinstance(message.content, str):
         return [{"role": message.role, "content": message.content}]
