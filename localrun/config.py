@@ -27,6 +27,8 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("LOCALRUN_HOME", "", "Root for models, config, logs and runtime files (default: platformdirs)."),
     Setting("LOCALRUN_HOST", f"127.0.0.1:{DEFAULT_PORT}", "Daemon address: bind address for serve, target for the CLI."),
     Setting("LOCALRUN_MIRROR", "", "Rewrite the host of every model download URL (e.g. http://127.0.0.1:8000)."),
+    Setting("LOCALRUN_ALLOW_PRIVATE_PULL", "", "Set to 1 to let /api/pull fetch from loopback, link-local and private "
+                                           "addresses (refused by default; the mirror's host is always allowed)."),
     Setting("LOCALRUN_API_KEY", "", "API key(s), comma-separated, or @FILE with one key per line."),
     Setting("LOCALRUN_ORIGINS", "", "Extra allowed CORS origins, comma-separated (loopback origins are always allowed)."),
     Setting("LOCALRUN_KEEP_ALIVE", "5m", "How long an idle model stays loaded (duration, seconds; negative = forever)."),

@@ -11,7 +11,8 @@
     │   └── DownloadError         network, HTTP status, timeouts         HTTP 502
     │       ├── ChecksumMismatch  bytes do not match the expected sha256
     │       ├── NotGGUF           the body is not a GGUF file
-    │       └── DiskFull          not enough free space
+    │       ├── DiskFull          not enough free space
+    │       └── SourceRefused     a pull over HTTP from a private address  HTTP 403
     ├── Overloaded                the model's queue is full              HTTP 503 + Retry-After
     ├── ModelLoadError            llama.cpp could not load the model     HTTP 500
     ├── RunnerCrashed             the runner process died mid-request    HTTP 500
@@ -84,6 +85,10 @@ class DiskFull(DownloadError):
     status = 507
 
 
+class SourceRefused(DownloadError):
+    status = 403
+
+
 class Overloaded(LocalrunError):
     status = 503
 
@@ -117,6 +122,6 @@ def error_class(name: str) -> type[LocalrunError]:
 __all__ = [
     "error_class",
     "LocalrunError", "UsageError", "InvalidRequest", "ContextOverflow", "AuthError", "InvalidName",
-    "ModelNotFound", "StoreError", "DownloadError", "ChecksumMismatch", "NotGGUF", "DiskFull",
+    "ModelNotFound", "StoreError", "DownloadError", "ChecksumMismatch", "NotGGUF", "DiskFull", "SourceRefused",
     "Overloaded", "ModelLoadError", "RunnerCrashed", "Cancelled", "DaemonUnavailable",
 ]

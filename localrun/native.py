@@ -90,6 +90,7 @@ class TokenLogprob:
     token: str
     logprob: float | None  # None for a prompt's first token: nothing comes before it
     top: list[tuple[str, float]] = field(default_factory=list)
+    raw: list[int] | None = None  # the token's bytes, when they are not its text's UTF-8 (a partial character)
 
 
 @dataclass(slots=True)

@@ -26,6 +26,7 @@ from localrun.runner.prompt import build_grammar, build_prompt
 from localrun.runner.protocol import Channel
 from localrun.sampling import SamplingParams
 from localrun.tools import CallHoldback, active_tools, parse_tool_calls
+from localrun.tools.parse import unfinished_call_cut
 
 SHUTDOWN = {"op": "shutdown"}
 
@@ -48,7 +49,7 @@ class _Choice:
         """(the held-back text that is not a call, the calls) at the end of the choice."""
         held = self.holdback.finish() if self.holdback else ""
         rest, calls = parse_tool_calls(held, {tool["name"] for tool in self.tools or ()})
-        return rest, [asdict(call) for call in calls]
+        return unfinished_call_cut(rest), [asdict(call) for call in calls]
 
 
 class RunnerHost:
@@ -245,10 +246,13 @@ def internal_error(error: Exception) -> LocalrunError:
 
 
 def _logprobs(engine: Engine, event: Token) -> list[Any]:
+    """[text, logprob, top, bytes]: the token's own bytes too, since one that ends inside a UTF-8
+    character has no text of its own (its text shows U+FFFD)."""
     if event.logprob is None:
         return []
-    piece = engine.detokenize([event.token])
-    return [[piece, event.logprob, [list(alt) for alt in (event.top_logprobs or [])]]]
+    raw = engine.model.special_piece(event.token)
+    return [[raw.decode("utf-8", "replace"), event.logprob, [list(alt) for alt in (event.top_logprobs or [])],
+             list(raw)]]
 
 
 def _reseeded(sampling: SamplingParams, index: int) -> SamplingParams:

@@ -60,7 +60,8 @@ async def _events(stack: contextlib.AsyncExitStack, stream: AsyncIterator[dict[s
 def _event(message: dict[str, Any], load_ms: float) -> Event:
     if message["type"] == "delta":
         return Delta(message["index"], message["text"], [
-            TokenLogprob(token, logprob, [(alt, lp) for alt, lp in top]) for token, logprob, top in message["logprobs"]
+            TokenLogprob(token, logprob, [(alt, lp) for alt, lp in top], *raw)
+            for token, logprob, top, *raw in message["logprobs"]
         ])
     timings = Timings.from_dict(message["timings"])
     timings.load_ms = load_ms

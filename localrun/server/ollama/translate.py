@@ -7,7 +7,6 @@ Ollama. Durations go out in nanoseconds, as Ollama reports them; the engine meas
 
 from __future__ import annotations
 
-import math
 from datetime import datetime, timezone
 from typing import Any
 
@@ -110,15 +109,6 @@ def is_load_only(body: GenerateRequest | ChatRequest) -> bool:
     if isinstance(body, ChatRequest):
         return not body.messages
     return not body.prompt and not body.images
-
-
-def embedding(vector: list[float], dimensions: int | None) -> list[float]:
-    """Cut a vector to `dimensions` and re-normalise it, as Ollama's `dimensions` does."""
-    if dimensions is None or dimensions >= len(vector):
-        return vector
-    cut = vector[:dimensions]
-    norm = math.sqrt(sum(x * x for x in cut)) or 1.0
-    return [x / norm for x in cut]
 
 
 # --- answers -----------------------------------------------------------------------------------

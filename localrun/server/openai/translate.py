@@ -160,10 +160,10 @@ def tool_calls(done: Done) -> list[dict[str, Any]]:
 
 
 def chat_logprobs(items: list[TokenLogprob]) -> dict[str, Any]:
-    def entry(token: str, logprob: float) -> dict[str, Any]:
-        return {"token": token, "logprob": logprob, "bytes": list(token.encode())}
+    def entry(token: str, logprob: float, raw: list[int] | None = None) -> dict[str, Any]:
+        return {"token": token, "logprob": logprob, "bytes": list(token.encode()) if raw is None else raw}
 
-    return {"content": [{**entry(i.token, i.logprob), "top_logprobs": [entry(t, lp) for t, lp in i.top]}
+    return {"content": [{**entry(i.token, i.logprob, i.raw), "top_logprobs": [entry(t, lp) for t, lp in i.top]}
                         for i in items]}
 
 
