@@ -15,6 +15,7 @@
     │       └── SourceRefused     a pull over HTTP from a private address  HTTP 403
     ├── Overloaded                the model's queue is full              HTTP 503 + Retry-After
     ├── ModelLoadError            llama.cpp could not load the model     HTTP 500
+    │   └── LoadCrashed           the runner died of a signal while loading
     ├── RunnerCrashed             the runner process died mid-request    HTTP 500
     ├── Cancelled                 the caller went away; work stopped     HTTP 499
     └── DaemonUnavailable         the CLI cannot reach / start the daemon exit 1
@@ -101,6 +102,10 @@ class ModelLoadError(LocalrunError):
     status = 500
 
 
+class LoadCrashed(ModelLoadError):
+    """The runner was killed by a signal before it was ready: often a build for another CPU."""
+
+
 class RunnerCrashed(LocalrunError):
     status = 500
 
@@ -123,5 +128,5 @@ __all__ = [
     "error_class",
     "LocalrunError", "UsageError", "InvalidRequest", "ContextOverflow", "AuthError", "InvalidName",
     "ModelNotFound", "StoreError", "DownloadError", "ChecksumMismatch", "NotGGUF", "DiskFull", "SourceRefused",
-    "Overloaded", "ModelLoadError", "RunnerCrashed", "Cancelled", "DaemonUnavailable",
+    "Overloaded", "ModelLoadError", "LoadCrashed", "RunnerCrashed", "Cancelled", "DaemonUnavailable",
 ]

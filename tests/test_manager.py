@@ -38,6 +38,7 @@ class StubStore:
 
 class StubRunner:
     INFO: dict = {}  # what the runner's "ready" message told
+    death_signal = None
 
     def __init__(self, path, options) -> None:
         self.path, self.options, self.info = path, options, dict(self.INFO)

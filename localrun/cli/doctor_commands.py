@@ -63,8 +63,20 @@ def report(host: Optional[str]) -> dict[str, Any]:
     from localrun import __version__, paths
 
     return {"localrun": __version__, "python": sys.version.split()[0], "llama_cpp": build_info(),
+            "safe_mode": safe_mode_report(),
             "paths": paths_report(), "disk_free_bytes": disk_free(paths.models_dir()),
             "daemon": daemon_report(host)}
+
+
+_SHOWN = ("system_info", "supports_gpu_offload", "devices", "default_threads", "cpu", "cpu_missing",
+          "extra_buffer_types")
+
+
+def safe_mode_report() -> str:
+    """Why this build needs safe mode on this CPU, as remembered by the daemon; "" when it does not."""
+    from localrun.safe_mode import SafeModeMemory
+
+    return SafeModeMemory().reason or ""
 
 
 def render(data: dict[str, Any]) -> str:
@@ -79,9 +91,12 @@ def render(data: dict[str, Any]) -> str:
         lines += [f"  GPU offload      {'yes' if build.get('supports_gpu_offload') else 'no (CPU build)'}",
                   f"  devices          {', '.join(map(str, devices)) if devices else 'none'}",
                   f"  default threads  {build.get('default_threads', '?')}",
-                  f"  system info      {build.get('system_info', '')}"]
-        lines += [f"  {k:<16} {v}" for k, v in build.items()
-                  if k not in ("system_info", "supports_gpu_offload", "devices", "default_threads")]
+                  f"  system info      {build.get('system_info', '')}",
+                  f"  weight buffers   {', '.join(build.get('extra_buffer_types') or []) or 'plain CPU only'}"]
+        lines += [f"  {k:<16} {v}" for k, v in build.items() if k not in _SHOWN]
+        lines += ["", "CPU features"] + [f"  {line}" for line in build.get("cpu", [])]
+        if data.get("safe_mode"):
+            lines.append(f"  safe mode        remembered for this build on this CPU ({data['safe_mode']})")
     lines += ["", "paths"] + [f"  {k:<16} {v}" for k, v in data["paths"].items()]
     lines += [f"  {'disk free':<16} {human_size(data['disk_free_bytes'])}", "", "daemon"]
     d = data["daemon"]

@@ -10,6 +10,7 @@ import logging
 
 import llama_cpp as L
 
+from localrun import cpu_features
 from localrun.errors import ModelLoadError
 
 log = logging.getLogger("localrun.llama")
@@ -26,27 +27,104 @@ def _log_to_python(level: int, text: bytes, user_data: ctypes.c_void_p) -> None:
         log.debug(text.decode("utf-8", "replace").rstrip("\n"))
 
 
-_initialized = False
+_cpu_plan: cpu_features.CpuPlan | None = None
 
 
-def init_backend() -> None:
-    """Once per process: route llama.cpp's log to Python logging and initialise its backends."""
-    global _initialized
-    if not _initialized:
+def init_backend(probe_amx: bool = True) -> cpu_features.CpuPlan:
+    """Once per process: route llama.cpp's log to Python logging, initialise its backends, and keep
+    the weights out of CPU features this machine cannot run (see cpu_features). Returns the decision.
+
+    Where the CPU and the OS both allow AMX and the build has it, ggml's AMX kernel is first run in a
+    child process (amx_probe): the decision cannot be read off flags alone.
+    """
+    global _cpu_plan
+    if _cpu_plan is None:
         L.llama_log_set(_log_to_python, ctypes.c_void_p(0))
         L.llama_backend_init()
-        _initialized = True
+        machine, features = cpu_features.probe(), cpu_features.build_features(system_info())
+        _cpu_plan = cpu_features.plan(machine, features)
+        if probe_amx and not _cpu_plan.avoid_amx and extra_buffer_type("AMX") is not None:
+            from localrun.engine.amx_probe import amx_runs
+
+            _cpu_plan = cpu_features.plan(machine, features, amx_runs=amx_runs())
+        if _cpu_plan.avoid_amx:
+            drop_extra_buffer_type("AMX")
+    return _cpu_plan
+
+
+def system_info() -> str:
+    return L.llama_print_system_info().decode("utf-8", "replace").strip()
+
+
+def ggml_function(name: str, restype, *argtypes):
+    """A function of ggml's API, which llama-cpp-python loads but does not bind."""
+    from llama_cpp._ggml import libggml
+
+    fn = getattr(libggml, name)
+    fn.restype, fn.argtypes = restype, list(argtypes)
+    return fn
+
+
+def cpu_device() -> int:
+    return ggml_function("ggml_backend_dev_by_type", ctypes.c_void_p, ctypes.c_int)(0)  # ..._DEVICE_TYPE_CPU
+
+
+def _cpu_extra_buffer_types():
+    """The CPU device's NULL-terminated array of extra buffer types (AMX, weight repacking, ...), which
+    llama.cpp reads at every model load to decide where the weights go; None when the build has none."""
+    vp = ctypes.c_void_p
+    dev = cpu_device()
+    reg = ggml_function("ggml_backend_dev_backend_reg", vp, vp)(dev)
+    address = ggml_function("ggml_backend_reg_get_proc_address", vp, vp, ctypes.c_char_p)(
+        reg, b"ggml_backend_dev_get_extra_bufts")
+    if not dev or not address:
+        return None
+    return ctypes.CFUNCTYPE(ctypes.POINTER(vp), vp)(address)(dev)
+
+
+def _buffer_types() -> list[tuple[str, int]]:
+    array, found, i = _cpu_extra_buffer_types(), [], 0
+    name = ggml_function("ggml_backend_buft_name", ctypes.c_char_p, ctypes.c_void_p)
+    while array and array[i]:
+        found.append((name(array[i]).decode(), array[i]))
+        i += 1
+    return found
+
+
+def extra_buffer_types() -> list[str]:
+    """Names of the extra buffer types model loads may put weights in ("AMX", "CPU_REPACK")."""
+    return [name for name, _ in _buffer_types()]
+
+
+def extra_buffer_type(name: str) -> int | None:
+    return next((buft for found, buft in _buffer_types() if found == name), None)
+
+
+def drop_extra_buffer_type(name: str) -> bool:
+    """Remove one extra buffer type from the list later model loads choose from, keeping the others.
+
+    llama.cpp's only switch is all or nothing (`use_extra_bufts`), and nothing means no weight
+    repacking either, which costs prefill speed for no reason when only AMX is unusable. ggml computes
+    with an extra buffer type only for weights stored in it, so a type no weight goes into is never run.
+    """
+    found = _buffer_types()
+    keep = [buft for found_name, buft in found if found_name != name]
+    array = _cpu_extra_buffer_types()
+    for j in range(len(found)):
+        array[j] = keep[j] if j < len(keep) else None
+    return len(keep) < len(found)
 
 
 class Model:
     """A loaded GGUF model and its vocabulary."""
 
-    def __init__(self, path: str, gpu_layers: int | None) -> None:
+    def __init__(self, path: str, gpu_layers: int | None, safe_mode: bool = False) -> None:
         init_backend()
         params = L.llama_model_default_params()
         offload = L.llama_supports_gpu_offload()
         self.gpu_layers = (999 if offload else 0) if gpu_layers is None else (gpu_layers if offload else 0)
         params.n_gpu_layers = self.gpu_layers
+        params.use_extra_bufts = not safe_mode  # safe mode: plain CPU weights, no repacking, no AMX
         self.ptr = L.llama_model_load_from_file(path.encode(), params)
         if not self.ptr:
             raise ModelLoadError(f"model failed to load: {path} (not a valid GGUF model for this llama.cpp build)")
@@ -158,4 +236,5 @@ class Batch:
             self.raw = None
 
 
-__all__ = ["Batch", "Model", "init_backend", "new_context"]
+__all__ = ["Batch", "Model", "cpu_device", "drop_extra_buffer_type", "extra_buffer_type", "extra_buffer_types",
+           "ggml_function", "init_backend", "new_context", "system_info"]

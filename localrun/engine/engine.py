@@ -15,7 +15,7 @@ from typing import Any
 import llama_cpp as L
 
 from localrun.engine import chat_template
-from localrun.engine.backend import Batch, Model, new_context
+from localrun.engine.backend import Batch, Model, extra_buffer_types, init_backend, new_context
 from localrun.engine.detokenizer import Detokenizer
 from localrun.engine.drafts import Drafter
 from localrun.engine.embed import Embedder
@@ -30,6 +30,8 @@ from localrun.engine.stops import StopMatcher
 from localrun.engine.threads import ThreadTuner
 from localrun.errors import ContextOverflow, InvalidRequest, LocalrunError, UsageError
 from localrun.sampling import MAX_DRAFT
+
+WARM_UP_TEXT = "Warm up: a short text of a dozen tokens or so."
 
 
 @dataclass(slots=True)
@@ -52,7 +54,8 @@ class Engine:
         self.settings = settings = settings or EngineSettings()
         _validate(settings)
         start = time.perf_counter()
-        self.model = Model(model_path, settings.gpu_layers)
+        self.cpu_plan = init_backend()
+        self.model = Model(model_path, settings.gpu_layers, settings.safe_mode)
         self._tuner = ThreadTuner(physical_cores()) if settings.threads is None else None
         self._threads = self._tuner.threads if self._tuner else settings.threads
         self.flash_attn = resolve_flash_attn(settings.flash_attn, settings.kv_cache_type, L.llama_supports_gpu_offload())
@@ -71,6 +74,7 @@ class Engine:
             raise
         self.memory = L.llama_get_memory(self.ctx)
         self.batch = Batch(settings.batch_size)
+        self._warm_up()
         self.scheduler = Scheduler(settings.parallel, settings.batch_size, self._trim_slot, self._copy_slot,
                                    settings.ctx_size)
         self._embedder: Embedder | None = None
@@ -78,6 +82,18 @@ class Engine:
         self._eog: list[int] | None = None
         self.load_ms = (time.perf_counter() - start) * 1000
         self._unbilled_load_ms = self.load_ms
+
+    def _warm_up(self) -> None:
+        """Evaluate a few rows once at load, as llama-server does: the weights are paged in before the
+        first request, and a kernel that dies on this CPU (a matrix product over several rows is what
+        ggml's AMX and repacked paths run) dies now, while the daemon can still retry the load safely."""
+        tokens = self.model.tokenize(WARM_UP_TEXT, add_special=True, parse_special=False)[:self.settings.batch_size]
+        self.batch.clear()
+        for pos, token in enumerate(tokens):
+            self.batch.add(token, pos, 0, pos == len(tokens) - 1)
+        if self.batch.decode(self.ctx) != 0:
+            raise LocalrunError("llama_decode failed while warming up the model")
+        L.llama_memory_seq_rm(self.memory, 0, -1, -1)
 
     # -- requests ---------------------------------------------------------------------------
 
@@ -362,6 +378,9 @@ class Engine:
             "kv_unified": s.kv_unified,
             "speculative": s.speculative if self.can_draft else 0,
             "speculative_exact": self.speculative_exact,
+            "safe_mode": s.safe_mode,
+            "extra_buffer_types": [] if s.safe_mode else extra_buffer_types(),
+            "cpu": self.cpu_plan.lines(),
             "load_ms": self.load_ms,
         }
 

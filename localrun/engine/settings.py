@@ -32,6 +32,7 @@ class EngineSettings:
     embed_ctx_size: int = 2048  # context of the lazily created embeddings context
     kv_unified: bool = False  # one KV buffer shared by all slots (see above)
     speculative: int = 0  # draft length for requests that do not choose one; 0 = no speculative decoding
+    safe_mode: bool = False  # plain CPU weights: no repacking, no AMX (after a load crashed; see cpu_features)
 
 
 def resolve_flash_attn(setting: str, kv_cache_type: str, gpu_offload: bool) -> str:

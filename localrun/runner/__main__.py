@@ -29,6 +29,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--kv-cache-type", default="f16")
     p.add_argument("--speculative", type=int, default=0, help="draft length for requests that choose none; 0 = off")
     p.add_argument("--gpu-layers", type=int, default=None, help="omit to offload all layers when the build can")
+    p.add_argument("--safe-mode", action="store_true", help="plain CPU weights: no repacking, no AMX")
     return p
 
 
@@ -36,11 +37,16 @@ def build_info() -> dict:
     """What `localrun doctor` shows about the inference build."""
     import llama_cpp
 
+    from localrun.engine.backend import extra_buffer_types, init_backend, system_info
     from localrun.engine.settings import physical_cores
 
+    plan = init_backend()
     return {
         "llama_cpp_python": llama_cpp.__version__,
-        "system_info": llama_cpp.llama_print_system_info().decode(errors="replace").strip(),
+        "system_info": system_info(),
+        "cpu": plan.lines(),
+        "cpu_missing": [f.name for f in plan.missing],
+        "extra_buffer_types": extra_buffer_types(),
         "supports_gpu_offload": bool(llama_cpp.llama_supports_gpu_offload()),
         "supports_mmap": bool(llama_cpp.llama_supports_mmap()),
         "max_devices": int(llama_cpp.llama_max_devices()),
@@ -80,7 +86,7 @@ def _load(args: argparse.Namespace, channel):
     settings = EngineSettings(
         parallel=args.parallel, ctx_size=args.ctx_size, batch_size=args.batch_size, threads=args.threads,
         flash_attn=args.flash_attn, kv_cache_type=args.kv_cache_type, gpu_layers=args.gpu_layers,
-        speculative=args.speculative,
+        speculative=args.speculative, safe_mode=args.safe_mode,
     )
     try:
         return Engine(args.model, settings)

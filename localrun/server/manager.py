@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 import time
 from dataclasses import dataclass, field
@@ -23,9 +24,10 @@ from typing import Any, AsyncIterator, Awaitable, Callable, Iterator
 
 from localrun.config import Config
 from localrun.durations import parse_duration
-from localrun.errors import DaemonUnavailable, InvalidRequest, Overloaded
+from localrun.errors import DaemonUnavailable, InvalidRequest, LoadCrashed, Overloaded
 from localrun.server.memory import estimate_bytes, memory_budget
 from localrun.server.runner_process import RunnerOptions, RunnerProcess
+from localrun.safe_mode import SafeModeMemory
 
 log = logging.getLogger("localrun.manager")
 
@@ -89,10 +91,12 @@ def _seen(task: asyncio.Task[Any]) -> None:
 
 
 class ModelManager:
-    def __init__(self, config: Config, store: Any, spawn: Spawn | None = None) -> None:
+    def __init__(self, config: Config, store: Any, spawn: Spawn | None = None,
+                 safe_mode: SafeModeMemory | None = None) -> None:
         self.config = config
         self.store = store
         self.spawn: Spawn = spawn or RunnerProcess.start
+        self.safe_mode = safe_mode or SafeModeMemory()
         self.loaded: dict[str, Loaded] = {}  # by blob digest
         self.loading: dict[str, _Loading] = {}  # by blob digest, while its runner starts
         self.default_keep_alive = parse_duration(config.keep_alive)
@@ -106,7 +110,7 @@ class ModelManager:
             parallel=c.parallel, ctx_size=num_ctx or c.ctx_size, batch_size=c.batch_size,
             threads=None if c.threads == "auto" else int(c.threads), flash_attn=c.flash_attn,
             kv_cache_type=c.kv_cache_type, speculative=c.speculative,
-            gpu_layers=None if c.gpu_layers == "auto" else int(c.gpu_layers),
+            gpu_layers=None if c.gpu_layers == "auto" else int(c.gpu_layers), safe_mode=self.safe_mode.needed,
         )
 
     @contextlib.asynccontextmanager
@@ -135,10 +139,19 @@ class ModelManager:
             self._admit(loaded)
             loaded.keep_alive = keep
             return loaded
-        loading = self.loading.get(model.digest) or self._start_load(model, self.options(num_ctx), loaded)
+        loading = self.loading.get(model.digest) or self._start_load(model, self._options_after(loaded, num_ctx),
+                                                                     loaded)
         loaded = await self._wait(model, loading)
         loaded.keep_alive = keep
         return loaded
+
+    def _options_after(self, previous: Loaded | None, num_ctx: int | None) -> RunnerOptions:
+        """The options for a new runner: safe mode when the one it replaces died of SIGILL."""
+        options = self.options(num_ctx)
+        if previous is not None and previous.runner.death_signal == "SIGILL":
+            log.warning("%s: its runner died of SIGILL; loading it again in safe mode", previous.model.name)
+            return dataclasses.replace(options, safe_mode=True)
+        return options
 
     def _stale(self, loaded: Loaded, num_ctx: int | None) -> bool:
         """A dead runner is replaced; an idle one is reloaded when the request asks for another context size."""
@@ -179,8 +192,11 @@ class ModelManager:
             for old in retired:
                 log.info("unloading %s", old.model.name)
                 await old.runner.close()
-            log.info("loading %s (ctx %d x %d slots)", model.name, options.ctx_size, options.parallel)
-            runner = await self.spawn(model.path, options)
+            log.info("loading %s (ctx %d x %d slots%s)", model.name, options.ctx_size, options.parallel,
+                     ", safe mode" if options.safe_mode else "")
+            runner = await self._start_runner(model, options)
+            for line in runner.info.get("cpu", []):
+                log.info("%s: %s", model.name, line)
             if runner.info.get("speculative_exact") is False:
                 log.warning("%s: speculative decoding is on but this build computes a verified draft's rows "
                             "differently from one-by-one decoding, so drafted answers can differ where two tokens "
@@ -191,13 +207,28 @@ class ModelManager:
             await runner.close()
             raise DaemonUnavailable("the server is shutting down")
         # Every request still waiting is admitted at once, before any other code can evict the model.
-        loaded = Loaded(model=model, runner=runner, options=options, size=loading.size,
+        loaded = Loaded(model=model, runner=runner, options=runner.options, size=loading.size,
                         keep_alive=self.default_keep_alive, pending=loading.claims)
         if loaded.idle:  # every waiter gave up
             loaded.start_clock(time.monotonic())
         self.loaded[model.digest] = loaded
         self._ensure_reaper()
         return loaded
+
+    async def _start_runner(self, model: Any, options: RunnerOptions) -> RunnerProcess:
+        """Start the runner. When it dies of a signal while loading (a build for another CPU, a kernel
+        that faults here), retry once in safe mode; when that works, remember it for this build and CPU."""
+        try:
+            return await self.spawn(model.path, options)
+        except LoadCrashed as e:
+            if options.safe_mode:
+                raise
+            log.warning("%s: %s; retrying once in safe mode (no weight repacking, no AMX)", model.name, e.message)
+            runner = await self.spawn(model.path, dataclasses.replace(options, safe_mode=True))
+            self.safe_mode.remember(e.message)
+            log.warning("%s loaded in safe mode; later loads with this llama.cpp build on this CPU start in safe "
+                        "mode (%s lists it; delete it after rebuilding llama-cpp-python)", model.name, self.safe_mode.path)
+            return runner
 
     async def _wait(self, model: Any, loading: _Loading) -> Loaded:
         """Claim a place in the loading model's queue and wait for the load (its error is raised here)."""

@@ -24,7 +24,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, AsyncIterator, Callable, Iterable
 
-from localrun.errors import ModelLoadError, RunnerCrashed, error_class
+from localrun.cpu_features import crash_hint
+from localrun.errors import LoadCrashed, ModelLoadError, RunnerCrashed, error_class
 from localrun.runner.protocol import encode
 
 log = logging.getLogger("localrun.runner")
@@ -45,6 +46,7 @@ class RunnerOptions:
     kv_cache_type: str = "f16"
     speculative: int = 0
     gpu_layers: int | None = None
+    safe_mode: bool = False
 
     def argv(self) -> list[str]:
         args = [
@@ -56,6 +58,8 @@ class RunnerOptions:
             args += ["--threads", str(self.threads)]
         if self.gpu_layers is not None:
             args += ["--gpu-layers", str(self.gpu_layers)]
+        if self.safe_mode:
+            args.append("--safe-mode")
         return args
 
 
@@ -117,8 +121,11 @@ class RunnerProcess:
             self.info = message.get("info", {})
             return
         await self._wait_exit()
-        reason = message.get("message") or f"model failed to load: {self._crash_reason()}"
-        raise ModelLoadError(reason)
+        if message.get("message"):
+            raise ModelLoadError(message["message"])
+        reason = f"model failed to load: {self._crash_reason(loading=True)}"
+        cpu_like = bool(crash_hint(self.death_signal or "", loading=True))
+        raise (LoadCrashed if cpu_like else ModelLoadError)(reason)
 
     async def _read_stderr(self) -> None:
         assert self.proc.stderr is not None
@@ -164,14 +171,18 @@ class RunnerProcess:
             pass
         await asyncio.sleep(0)  # let the stderr reader catch up with the last lines
 
-    def _crash_reason(self) -> str:
+    @property
+    def death_signal(self) -> str | None:
+        """The name of the signal that killed the runner ("SIGILL"), if one did."""
         code = self.proc.returncode
-        if code is not None and code < 0:
-            status = f"killed by signal {signal.Signals(-code).name}"
-        else:
-            status = f"exit code {code}"
+        return signal.Signals(-code).name if code is not None and code < 0 else None
+
+    def _crash_reason(self, loading: bool = False) -> str:
+        """How the runner ended, its last stderr lines, and what a CPU-feature crash means."""
+        status = f"killed by signal {self.death_signal}" if self.death_signal else f"exit code {self.proc.returncode}"
         tail = " | ".join(_told(self._stderr)[-3:])
-        return f"{status}" + (f": {tail}" if tail else "")
+        hint = crash_hint(self.death_signal or "", loading)
+        return status + (f": {tail}" if tail else "") + (f" ({hint})" if hint else "")
 
     async def call(self, op: str, **fields: Any) -> dict[str, Any]:
         """A request with one answer (tokenize, render, embed, perplexity, health). Cancelling the

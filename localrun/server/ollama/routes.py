@@ -167,6 +167,8 @@ def _running(loaded: Loaded) -> dict[str, Any]:
         "threads": loaded.runner.info.get("threads"), "active_requests": loaded.pending,
         "speculative": loaded.runner.info.get("speculative", 0),
         "speculative_exact": loaded.runner.info.get("speculative_exact"),
+        "safe_mode": loaded.options.safe_mode, "extra_buffer_types": loaded.runner.info.get("extra_buffer_types", []),
+        "cpu": loaded.runner.info.get("cpu", []),
     }
 
 
