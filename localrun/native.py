@@ -27,6 +27,7 @@ class GenerateRequest:
     echo: bool = False  # completions: return the prompt (and its logprobs) before the output
     num_ctx: int | None = None  # context length per slot; None = the server default
     keep_alive: float | None = None  # seconds; None = server default, < 0 forever, 0 unload after
+    return_context: bool = False  # Ollama's /api/generate: Done carries the prompt's and answer's token ids
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -119,6 +120,7 @@ class Done:
     text: str = ""  # the whole visible text of the choice, after tool calls were taken out
     tool_calls: list[ToolCall] = field(default_factory=list)
     stop_sequence: str | None = None
+    context: list[int] | None = None  # with GenerateRequest.return_context: prompt + answer token ids
 
     @property
     def usage(self) -> Usage:

@@ -41,6 +41,7 @@ class _Choice:
     text: list[str] = field(default_factory=list)
     tools: list[dict[str, Any]] | None = None
     holdback: CallHoldback | None = None
+    context: list[int] | None = None  # prompt + generated token ids, when the request wants them back
 
     def visible(self, text: str) -> str:
         return self.holdback.push(text) if self.holdback else text
@@ -118,7 +119,8 @@ class RunnerHost:
             for index, key in enumerate(keys):
                 choice_sampling = sampling if request.n <= 1 or sampling.seed is None else _reseeded(sampling, index)
                 self.engine.add(Request(id=key, prompt=prompt, sampling=choice_sampling))
-                self.choices[key] = _Choice(rid, index, tools=tools, holdback=CallHoldback() if tools else None)
+                self.choices[key] = _Choice(rid, index, tools=tools, holdback=CallHoldback() if tools else None,
+                                            context=list(prompt) if request.return_context else None)
         except Exception:
             for key in keys:  # the choices already queued go too: the request failed as a whole
                 if self.choices.pop(key, None) is not None:
@@ -218,6 +220,8 @@ class RunnerHost:
         if choice is None:
             return []
         if isinstance(event, Token):
+            if choice.context is not None:
+                choice.context.append(event.token)
             text = choice.visible(event.text)
             if text or event.logprob is not None:
                 return [self._delta(choice, text, _logprobs(self.engine, event))]
@@ -229,6 +233,7 @@ class RunnerHost:
             "type": "done", "id": choice.request_id, "index": choice.index,
             "finish_reason": "tool_calls" if calls else event.reason, "timings": event.timings.to_dict(),
             "text": "".join(choice.text), "tool_calls": calls, "stop_sequence": event.stop_text,
+            "context": choice.context,
         })
         return out
 

@@ -68,6 +68,7 @@ def _event(message: dict[str, Any], load_ms: float) -> Event:
     return Done(
         index=message["index"], finish_reason=message["finish_reason"], timings=timings, text=message["text"],
         tool_calls=[ToolCall(**call) for call in message["tool_calls"]], stop_sequence=message["stop_sequence"],
+        context=message.get("context"),
     )
 
 

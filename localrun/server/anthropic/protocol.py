@@ -41,7 +41,7 @@ class MessagesRequest(CountTokensRequest):
     stream: bool = False
     temperature: float | None = Field(None, ge=0, le=2)  # Anthropic allows 0..1; 2 for OpenAI-minded clients
     thinking: dict[str, Any] | None = None  # accepted; the template decides what thinking means
-    top_k: int | None = Field(None, ge=0)
+    top_k: int | None = Field(None, ge=0, lt=2**31)
     top_p: float | None = Field(None, ge=0, le=1)
     # localrun extensions
     num_ctx: int | None = Field(None, ge=16, description="localrun: context length per slot for this model")

@@ -22,14 +22,14 @@ class Options(WireModel):
     num_ctx: int | None = Field(None, ge=16)
     num_predict: int | None = Field(None, ge=-2, description="-1 = until the end, -2 = fill the context")
     temperature: float | None = Field(None, ge=0)
-    top_k: int | None = Field(None, ge=0)
+    top_k: int | None = Field(None, ge=0, lt=2**31)
     top_p: float | None = Field(None, ge=0, le=1)
     min_p: float | None = Field(None, ge=0, le=1)
     typical_p: float | None = Field(None, ge=0, le=1)
-    seed: int | None = None
+    seed: int | None = Field(None, ge=-(2**63), lt=2**64)
     stop: list[str] | None = None
     repeat_penalty: float | None = Field(None, ge=0)
-    repeat_last_n: int | None = Field(None, ge=-1, description="-1 = the whole context")
+    repeat_last_n: int | None = Field(None, ge=-1, lt=2**31, description="-1 = the whole context")
     presence_penalty: float | None = None
     frequency_penalty: float | None = None
     speculative: int | None = Field(None, ge=0, le=MAX_DRAFT, description="localrun: most tokens drafted per step; 0 = off")

@@ -53,6 +53,7 @@ def generate_request(body: GenerateRequest, default_ctx: int) -> NativeRequest:
     if body.suffix:
         raise InvalidRequest("suffix: fill-in-the-middle is not supported")
     request = _native(body, default_ctx)
+    request.return_context = True
     if body.raw:
         request.prompt = body.prompt
     else:
@@ -131,7 +132,9 @@ def chat_piece(model: str, text: str) -> dict[str, Any]:
 
 
 def generate_final(model: str, done: Done, total_ns: int, text: str) -> dict[str, Any]:
-    return {**generate_piece(model, text), **final_fields(done, total_ns)}
+    """The last object of /api/generate, with `context` (the conversation's token ids) as Ollama sends it."""
+    context = {"context": done.context} if done.context is not None else {}
+    return {**generate_piece(model, text), **final_fields(done, total_ns), **context}
 
 
 def chat_final(model: str, done: Done, total_ns: int, text: str) -> dict[str, Any]:
@@ -202,8 +205,9 @@ def modelfile(model: Any, info: Any) -> str:
 
 
 def capabilities(info: Any) -> list[str]:
-    """As Ollama decides: a model with a pooling type embeds, any other completes; tools when the
-    chat template renders them. (/api/embed works with every model; this is what the model is for.)"""
+    """What works with the model here: a model with a pooling type only embeds; any other completes,
+    calls tools (through its template, else localrun's generic tool prompt) and embeds (/api/embed
+    works with every model). Clients such as Ollama's own refuse tools to a model without "tools"."""
     if f"{info.architecture}.pooling_type" in info.metadata:
         return ["embedding"]
-    return ["completion", "tools"] if "tools" in info.chat_template else ["completion"]
+    return ["completion", "tools", "embedding"]

@@ -23,14 +23,14 @@ class SamplingFields(WireModel):
     logit_bias: dict[str, float] | None = None
     n: int = Field(1, ge=1, le=16)
     presence_penalty: float | None = Field(None, ge=-2, le=2)
-    seed: int | None = None
+    seed: int | None = Field(None, ge=-(2**63), lt=2**64)
     stop: str | list[str] | None = None
     stream: bool = False
     stream_options: StreamOptions | None = None
     temperature: float | None = Field(None, ge=0, le=2)
     top_p: float | None = Field(None, ge=0, le=1)
     # extensions (llama-server / Ollama names)
-    top_k: int | None = Field(None, ge=0)
+    top_k: int | None = Field(None, ge=0, lt=2**31)
     min_p: float | None = Field(None, ge=0, le=1)
     typical_p: float | None = Field(None, ge=0, le=1)
     repeat_penalty: float | None = Field(None, ge=0)
@@ -53,7 +53,7 @@ class ChatCompletionRequest(SamplingFields):
     max_tokens: int | None = Field(None, ge=0)
     response_format: ResponseFormat | None = None
     tools: list[dict[str, Any]] | None = None
-    tool_choice: str | dict[str, Any] | None = None
+    tool_choice: Literal["none", "auto", "required"] | dict[str, Any] | None = None
 
 
 class CompletionRequest(SamplingFields):
