@@ -6,6 +6,7 @@ answering fast while the hostile request is handled."""
 from __future__ import annotations
 
 import re
+import socket
 import statistics
 import threading
 import time
@@ -14,8 +15,9 @@ from pathlib import Path
 
 import httpx
 import pytest
+import uvicorn
 
-from tests.daemon import start_daemon
+from tests.daemon import free_port, start_daemon
 
 MODEL = "smollm2"
 VICTIM = {"model": MODEL, "prompt": "Once upon a time", "max_tokens": 24, "temperature": 0, "ignore_eos": True}
@@ -33,7 +35,12 @@ def hostile(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def alone(hostile) -> str:
-    """The victim's answer with nothing else going on: what it must stay."""
+    """The victim's answer with nothing else going on: what it must stay. The runner's one-time
+    allocations (the embeddings and scoring contexts) are made first, so its memory is comparable."""
+    for path, body in [("/api/embed", {"model": MODEL, "input": "warm"}),
+                       ("/v1/score", {"model": MODEL, "prompt": "a", "options": ["b"]}),
+                       ("/v1/completions", {"model": MODEL, "prompt": "a", "echo": True, "logprobs": 1, "max_tokens": 0})]:
+        assert httpx.post(f"{hostile.url}{path}", json=body, timeout=120).status_code == 200
     return _complete(hostile.url)
 
 
@@ -241,3 +248,53 @@ def test_removing_a_copy_keeps_the_runner_the_original_shares(hostile, alone):
     assert [m["name"] for m in httpx.get(f"{hostile.url}/api/ps").json()["models"]] == ["smollm2:135m"]
     assert runner_pid(hostile.url) == pid
     assert _complete(hostile.url) == alone
+
+
+# --- slow clients: an in-process server with the daemon's protocol and body check, short deadlines ---
+
+async def _ok(scope, receive, send) -> None:
+    await send({"type": "http.response.start", "status": 200, "headers": [(b"content-length", b"2")]})
+    await send({"type": "http.response.body", "body": b"ok"})
+
+
+@pytest.fixture
+def short_deadlines(monkeypatch):
+    from localrun.server import body, timeouts
+
+    monkeypatch.setattr(timeouts, "HEADER_TIMEOUT_S", 0.5)
+    monkeypatch.setattr(body, "BODY_IDLE_TIMEOUT_S", 0.5)
+    port = free_port()
+    server = uvicorn.Server(uvicorn.Config(body.BodyLimits(_ok, max_body=1 << 20), host="127.0.0.1", port=port,
+                                           http=timeouts.HeaderDeadline, log_level="warning", lifespan="off"))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    while not server.started:
+        time.sleep(0.02)
+    yield port
+    server.should_exit = True
+    thread.join(10)
+
+
+def _closed_within(sock: socket.socket, seconds: float) -> bytes:
+    sock.settimeout(seconds)
+    received = b""
+    while chunk := sock.recv(4096):
+        received += chunk
+    return received
+
+
+def test_headers_that_never_end_are_cut_off_and_slow_bodies_get_408(short_deadlines):
+    with socket.create_connection(("127.0.0.1", short_deadlines)) as sock:
+        sock.sendall(b"GET / HTTP/1.1\r\nHost: localhost\r\n")  # never the blank line
+        started = time.perf_counter()
+        assert _closed_within(sock, 5) == b""
+        assert time.perf_counter() - started < 3
+    with socket.create_connection(("127.0.0.1", short_deadlines)) as sock:
+        sock.sendall(b"POST / HTTP/1.1\r\nHost: localhost\r\nContent-Length: 10\r\n\r\n{}")
+        assert b" 408 " in _closed_within(sock, 5)
+    with socket.create_connection(("127.0.0.1", short_deadlines)) as sock:  # a patient client is served
+        for _ in range(2):
+            sock.sendall(b"GET / HTTP/1.1\r\nHost: localhost\r\n\r\n")
+            sock.settimeout(5)
+            assert sock.recv(4096).startswith(b"HTTP/1.1 200")
+            time.sleep(0.3)

@@ -293,3 +293,12 @@ def test_the_bundled_model_installs_with_no_network(store, smollm2_path, monkeyp
         assert store.resolve(ref).path == model.path
     assert model.path.read_bytes() == smollm2_path.read_bytes()
     assert_blobs_verified(store)
+
+
+def test_lock_files_do_not_pile_up_one_per_url(server, store, tiny, localrun_home):
+    """Every distinct URL used to leave a lock file behind; they are striped by hash now (256 at most)."""
+    for i in range(300):
+        with pytest.raises(DownloadError):
+            store.pull(server.url(f"/missing-{i}.gguf"))
+    locks = list((localrun_home / "models" / "partial").glob("*.lock"))
+    assert len(locks) <= 2 * 256 + 1 and all(len(p.stem.partition("-")[2]) <= 2 for p in locks if p.stem != "gc")

@@ -112,13 +112,26 @@ UNSUPPORTED = [
     ({"type": "object", "properties": {"a": {"type": "string"}}, "anyOf": [{"required": ["a"]}]}, "beside anyOf"),
     ({"$ref": "#/$defs/A", "maxLength": 2, "$defs": {"A": {"type": "string"}}}, "beside $ref"),
     ({"allOf": [{"type": "string"}, {"maxLength": 3}]}, "allOf"),
-    ({"type": "strange"}, "Unrecognized schema"),
+]
+INVALID = [  # not JSON Schemas at all: the meta-schema says where
+    ({"type": "strange"}, "output schema.type: 'strange' is not valid"),
+    ({"type": "object", "properties": {"a": "string"}}, "output schema.properties.a: 'string' is not of type"),
+    ({"type": "array", "minItems": -1}, "output schema.minItems"),
 ]
 
 
 @pytest.mark.parametrize("schema, message", UNSUPPORTED)
 def test_unenforceable_schemas_are_a_clear_400(client, schema, message):
     with pytest.raises(openai.BadRequestError, match="unsupported JSON schema") as refused:
+        client.chat.completions.create(
+            model=MODEL, messages=[{"role": "user", "content": "hi"}], max_tokens=5,
+            response_format={"type": "json_schema", "json_schema": {"name": "out", "schema": schema}})
+    assert message in refused.value.body["message"]
+
+
+@pytest.mark.parametrize("schema, message", INVALID)
+def test_schemas_that_break_the_meta_schema_are_a_400_saying_where(client, schema, message):
+    with pytest.raises(openai.BadRequestError, match="invalid JSON schema") as refused:
         client.chat.completions.create(
             model=MODEL, messages=[{"role": "user", "content": "hi"}], max_tokens=5,
             response_format={"type": "json_schema", "json_schema": {"name": "out", "schema": schema}})

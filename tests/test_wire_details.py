@@ -86,13 +86,15 @@ def test_a_forced_call_cut_by_max_tokens_leaks_no_markup(daemon, stream):
 # --- logprobs of a token that ends inside a UTF-8 character --------------------------------------
 
 def test_logprobs_carry_a_partial_characters_raw_bytes(daemon):
-    tokens = post(daemon, "/api/tokenize", {"model": MODEL, "text": "中"}).json()["tokens"]
-    assert len(tokens) > 1  # a byte-level BPE without this character: its bytes take two tokens or more
+    # a character the byte-level vocabulary lacks: its UTF-8 bytes take several tokens
+    char = next(c for c in "𝄞ꙮ𓀀🜲" if len(post(daemon, "/api/tokenize", {"model": MODEL, "text": c}).json()["tokens"]) > 1)
+    first_token = post(daemon, "/api/tokenize", {"model": MODEL, "text": char}).json()["tokens"][0]
     forced = post(daemon, "/v1/chat/completions", {
         "model": MODEL, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 1, "temperature": 0,
-        "logprobs": True, "logit_bias": {str(tokens[0]): 100}}).json()
+        "logprobs": True, "logit_bias": {str(first_token): 100}}).json()
     first = forced["choices"][0]["logprobs"]["content"][0]
-    assert first["bytes"] == list("中".encode())[:len(first["bytes"])] and first["bytes"] != [239, 191, 189]
+    assert first["bytes"] and first["bytes"] == list(char.encode())[:len(first["bytes"])]
+    assert first["bytes"] != [239, 191, 189]  # U+FFFD's bytes, which the token's text shows
 
 
 # --- embeddings ------------------------------------------------------------------------------------
@@ -113,7 +115,8 @@ def test_embeddings_in_base64_and_shortened(daemon):
 # --- OpenAI's error code and param -----------------------------------------------------------------
 
 def test_openai_errors_name_the_param_and_code_strings_or_null(daemon):
-    error = post(daemon, "/v1/chat/completions", {"model": MODEL, "messages": [], "max_tokens": "9"}).json()["error"]
+    error = post(daemon, "/v1/chat/completions", {"model": MODEL, "messages": [{"role": "user", "content": "hi"}],
+                                                  "max_tokens": "9"}).json()["error"]
     assert error["param"] == "max_tokens" and error["code"] is None and error["type"] == "invalid_request_error"
     missing = post(daemon, "/v1/chat/completions", {"model": "no-such-model", "messages": [{"role": "user",
                                                                                             "content": "hi"}]})

@@ -13,10 +13,10 @@ from fastapi import APIRouter, Request
 from pydantic import Field
 
 from localrun.server.hangup import unless_hung_up
+from localrun.server.jsonbody import JSONBodyRoute
 from localrun.server.manager import check_context
 from localrun.server.memory import kv_bytes
 from localrun.server.wire import WireModel
-from localrun.server.jsonbody import JSONBodyRoute
 
 router = APIRouter(tags=["perplexity"], route_class=JSONBodyRoute)
 

@@ -24,9 +24,9 @@ from fastapi import APIRouter, Request
 from pydantic import Field, model_validator
 
 from localrun.errors import InvalidRequest
+from localrun.server.jsonbody import JSONBodyRoute
 from localrun.server.openai.translate import normalize_messages
 from localrun.server.wire import WireModel
-from localrun.server.jsonbody import JSONBodyRoute
 
 router = APIRouter(tags=["score"], route_class=JSONBodyRoute)
 

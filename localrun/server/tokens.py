@@ -8,8 +8,8 @@ from typing import Any
 from fastapi import APIRouter, Request
 from pydantic import Field
 
-from localrun.server.wire import WireModel
 from localrun.server.jsonbody import JSONBodyRoute
+from localrun.server.wire import WireModel
 
 router = APIRouter(tags=["tokens"], route_class=JSONBodyRoute)
 

@@ -279,7 +279,7 @@ class Store:
     def _lock(self, key: str, on_wait: Callable[[], None] | None = None) -> Iterator[None]:
         """An inter-process lock; `on_wait` is called once if another holder makes us wait."""
         self.layout.partial.mkdir(parents=True, exist_ok=True)
-        lock = FileLock(str(self.layout.lock_file(key)))
+        lock = FileLock(str(self.layout.lock_file(_stripe(key))))
         try:
             lock.acquire(timeout=0)
         except Timeout:
@@ -296,6 +296,17 @@ class Store:
         for digest in list(self.layout.blob_digests()):
             if digest not in referenced:
                 self.layout.blob(digest).unlink(missing_ok=True)
+
+
+def _stripe(key: str) -> str:
+    """The lock file a key shares with 1/256 of the keys of its kind ("url-3fa9..." -> "url-3f").
+
+    A lock file stays behind when its lock is released (deleting it while another process waits on it
+    would let two processes hold the lock), so one per distinct URL or name piled up without end, a
+    thing any client of /api/pull could do. Striped, there are at most 256 per kind; two pulls whose
+    keys share a stripe merely take turns. No pull holds two locks of one kind, so nothing deadlocks."""
+    kind, dash, rest = key.partition("-")
+    return f"{kind}-{rest[:2]}" if dash else key  # "gc" has no hash
 
 
 @dataclass(frozen=True, slots=True)

@@ -19,9 +19,9 @@ from localrun.errors import DiskFull, DownloadError, InvalidRequest, LocalrunErr
 from localrun.native import Delta, Done, GenerateRequest as NativeRequest
 from localrun.server import generation
 from localrun.server.hangup import unless_hung_up
+from localrun.server.jsonbody import JSONBodyRoute
 from localrun.server.manager import Loaded, ModelManager
 from localrun.server.ollama import translate as t
-from localrun.server.jsonbody import JSONBodyRoute
 from localrun.server.ollama.protocol import (
     ChatRequest, CopyRequest, EmbeddingsRequest, EmbedRequest, GenerateRequest, ModelRequest, PullRequest,
     ShowRequest,

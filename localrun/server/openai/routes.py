@@ -11,11 +11,11 @@ from localrun.native import Delta, Done, TokenLogprob, Usage
 from localrun.server import generation
 from localrun.server.errors import error_body
 from localrun.server.hangup import unless_hung_up
+from localrun.server.jsonbody import JSONBodyRoute
 from localrun.server.openai import translate as t
 from localrun.server.openai.protocol import ChatCompletionRequest, CompletionRequest, EmbeddingRequest
 from localrun.server.streaming import HOLE, Template, event_stream, sse
 from localrun.server.vectors import as_base64, shortened
-from localrun.server.jsonbody import JSONBodyRoute
 
 router = APIRouter(tags=["openai"], route_class=JSONBodyRoute)
 
