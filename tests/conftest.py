@@ -18,6 +18,17 @@ def pytest_configure(config):
         signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
+@pytest.fixture(scope="session", autouse=True)
+def cpu_decision():
+    """Tests compare the engine with llama-cpp-python's `Llama` in this process. The CPU-feature
+    decision (AMX kept out where it cannot run) applies to every load in the process once made, so it
+    is made first: a `Llama` loaded before any Engine would otherwise crash the suite on such a CPU,
+    and both sides compute with the same weight layout."""
+    from localrun.engine.backend import init_backend
+
+    return init_backend()
+
+
 @pytest.fixture(autouse=True)
 def localrun_home(tmp_path, monkeypatch):
     home = tmp_path / "localrun-home"

@@ -22,6 +22,9 @@ def test_doctor_reports_build_paths_and_daemon(localrun_home):
     assert data["daemon"]["state"] == "down"
     text = run_cli("doctor").stdout
     assert "GPU offload" in text and "not running" in text and str(localrun_home) in text
+    assert "CPU features" in text and "weight buffers" in text and build["cpu"]
+    if "AMX_INT8 = 1" in build["system_info"]:  # a build with AMX: the decision is stated in words
+        assert any(line.startswith("AMX: ") for line in build["cpu"]) and "  AMX: " in text
 
 
 def test_doctor_sees_a_running_daemon(daemon):

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from localrun.config import Config
-from localrun.errors import ModelLoadError, ModelNotFound, Overloaded
+from localrun.errors import LoadCrashed, ModelLoadError, ModelNotFound, Overloaded
 from localrun.server.manager import ModelManager
 from localrun.server.memory import estimate_bytes, parse_size
 from localrun.server.runner_process import RunnerOptions
@@ -247,6 +247,56 @@ def test_a_failed_load_fails_every_waiter_and_the_next_request_tries_again():
         assert not m.loading and not m.loaded
         async with m.lease("a"):
             assert len(attempts) == 2
+        await m.close()
+    run(main())
+
+
+def crashing_spawn(crashes: int, error=LoadCrashed):
+    """A runner factory whose first `crashes` starts die while loading; records each start's options."""
+    starts: list[RunnerOptions] = []
+
+    async def spawn(path, options):
+        starts.append(options)
+        if len(starts) <= crashes:
+            raise error("model failed to load: killed by signal SIGILL")
+        return StubRunner(path, options)
+
+    return spawn, starts
+
+
+def test_a_load_that_crashes_is_retried_once_in_safe_mode_and_remembered():
+    async def main():
+        m, _ = manager()
+        m.spawn, starts = crashing_spawn(1)
+        async with m.lease("a") as loaded:
+            assert [o.safe_mode for o in starts] == [False, True] and loaded.options.safe_mode
+        await m.close()
+        later, _ = manager()  # a daemon started afterwards, same home
+        assert later.safe_mode.needed and later.options(None).safe_mode
+        assert "SIGILL" in later.safe_mode.reason
+    run(main())
+
+
+@pytest.mark.parametrize("crashes, error, starts_expected", [(2, LoadCrashed, 2), (1, ModelLoadError, 1)])
+def test_only_one_retry_and_only_after_a_crash(crashes, error, starts_expected):
+    async def main():
+        m, _ = manager()
+        m.spawn, starts = crashing_spawn(crashes, error)
+        with pytest.raises(error):
+            await m._acquire("a", None, 60.0)
+        assert len(starts) == starts_expected and not m.safe_mode.needed
+        await m.close()
+    run(main())
+
+
+def test_a_runner_that_died_of_sigill_is_replaced_by_one_in_safe_mode():
+    async def main():
+        m, spawned = manager()
+        async with m.lease("a"):
+            pass
+        spawned[0].alive, spawned[0].death_signal = False, "SIGILL"
+        async with m.lease("a") as loaded:
+            assert len(spawned) == 2 and loaded.options.safe_mode
         await m.close()
     run(main())
 

@@ -25,9 +25,9 @@ from typing import Any, AsyncIterator, Awaitable, Callable, Iterator
 from localrun.config import Config
 from localrun.durations import parse_duration
 from localrun.errors import DaemonUnavailable, InvalidRequest, LoadCrashed, Overloaded
+from localrun.safe_mode import SafeModeMemory
 from localrun.server.memory import estimate_bytes, memory_budget
 from localrun.server.runner_process import RunnerOptions, RunnerProcess
-from localrun.safe_mode import SafeModeMemory
 
 log = logging.getLogger("localrun.manager")
 
