@@ -21,6 +21,7 @@ from localrun.server.wire import WireModel
 router = APIRouter(tags=["perplexity"], route_class=JSONBodyRoute)
 
 MAX_TOKENS = 1 << 20
+MAX_BATCH = 16384  # llama-perplexity's default is 2048; more only grows the job's own KV cache
 
 
 class PerplexityRequest(WireModel):
@@ -28,8 +29,8 @@ class PerplexityRequest(WireModel):
     text: str = Field(min_length=1)
     ctx: int = Field(512, ge=16, le=MAX_TOKENS, description="Tokens per chunk; the second half of each chunk is "
                                                             "scored. At most the model's context length.")
-    batch: int = Field(2048, ge=1, le=MAX_TOKENS, description="Tokens per llama_decode: batch // ctx chunks "
-                                                              "evaluated together.")
+    batch: int = Field(2048, ge=1, le=MAX_BATCH, description="Tokens per llama_decode: batch // ctx chunks "
+                                                             "evaluated together.")
 
 
 @router.post("/api/perplexity")
