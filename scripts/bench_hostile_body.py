@@ -86,6 +86,8 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     args = parser.parse_args()
     env = {"PYTHONPATH": str(Path(args.tree).resolve())} if args.tree else {}
+    if args.tree:
+        os.chdir(args.tree)  # `python -m localrun` puts the working directory first on sys.path
     import tempfile
 
     daemon = start_daemon(Path(tempfile.mkdtemp()) / "home", {**env, "LOCALRUN_PARALLEL": "2"})
