@@ -48,6 +48,7 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("LOCALRUN_SPECULATIVE", "off", "Speculative decoding by prompt lookup: off, on (16 tokens) or the most "
                                            "tokens drafted per step; requests may choose their own."),
     Setting("LOCALRUN_GPU_LAYERS", "auto", "Layers to offload to the GPU when the build supports it (auto = all)."),
+    Setting("LOCALRUN_UI", "on", "Serve the web chat page at / (on or off; `serve --no-ui` turns it off too)."),
     Setting("LOCALRUN_DEBUG", "", "Set to 1 for tracebacks and debug logs."),
 )
 
@@ -67,6 +68,16 @@ def _int(env: str) -> int:
         return int(value)
     except ValueError:
         raise UsageError(f"{env} must be an integer, got {value!r}") from None
+
+
+_SWITCH = {"on": True, "1": True, "true": True, "yes": True, "off": False, "0": False, "false": False, "no": False}
+
+
+def _on_off(env: str) -> bool:
+    value = raw(env).strip().lower()
+    if value not in _SWITCH:
+        raise UsageError(f"{env} must be on or off, got {value!r}")
+    return _SWITCH[value]
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,6 +104,7 @@ class Config:
     kv_cache_type: str
     speculative: int
     gpu_layers: str
+    ui: bool
     debug: bool
 
     @classmethod
@@ -118,6 +130,7 @@ class Config:
             kv_cache_type=check_kv_cache_type(raw("LOCALRUN_KV_CACHE_TYPE"), raw("LOCALRUN_FLASH_ATTN")),
             speculative=parse_speculative(raw("LOCALRUN_SPECULATIVE")),
             gpu_layers=raw("LOCALRUN_GPU_LAYERS"),
+            ui=_on_off("LOCALRUN_UI"),
             debug=raw("LOCALRUN_DEBUG") not in ("", "0", "false"),
         )
 

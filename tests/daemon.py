@@ -49,8 +49,9 @@ class Daemon:
                 self.proc.wait()
 
 
-def start_daemon(home: Path, extra_env: dict[str, str] | None = None, pull: bool = True) -> Daemon:
-    """Pull the bundled model into `home` (offline) and start a daemon serving it."""
+def start_daemon(home: Path, extra_env: dict[str, str] | None = None, pull: bool = True,
+                 args: tuple[str, ...] = ()) -> Daemon:
+    """Pull the bundled model into `home` (offline) and start a daemon serving it (`args` go to serve)."""
     home.mkdir(parents=True, exist_ok=True)
     # The tests pull from file servers on loopback, which the daemon refuses unless it is allowed.
     env = {**os.environ, "LOCALRUN_HOME": str(home), "LOCALRUN_KEEP_ALIVE": "-1", "LOCALRUN_ALLOW_PRIVATE_PULL": "1",
@@ -60,8 +61,8 @@ def start_daemon(home: Path, extra_env: dict[str, str] | None = None, pull: bool
                        capture_output=True, timeout=120)
     port = free_port()
     log = home / "daemon.log"
-    proc = subprocess.Popen([sys.executable, "-m", "localrun", "serve", "--host", "127.0.0.1", "--port", str(port)],
-                            env=env, stdout=open(log, "wb"), stderr=subprocess.STDOUT)
+    command = [sys.executable, "-m", "localrun", "serve", "--host", "127.0.0.1", "--port", str(port), *args]
+    proc = subprocess.Popen(command, env=env, stdout=open(log, "wb"), stderr=subprocess.STDOUT)
     daemon = Daemon(proc, home, port, log)
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:

@@ -15,8 +15,8 @@ import pytest
 from localrun.config import Config
 from localrun.errors import UsageError
 from localrun.server.body import MAX_JSON_VALUES, parse, structure
-from localrun.server.security import (Limits, check_bind, is_loopback, key_matches, origin_pattern, presented_key,
-                                      split_host)
+from localrun.server.security import (Limits, OriginGuard, check_bind, is_loopback, key_matches, origin_pattern,
+                                      presented_key, same_origin, split_host)
 from tests.cli import run_cli
 from tests.daemon import free_port, start_daemon
 
@@ -60,6 +60,24 @@ def test_is_loopback(host, loopback):
 def test_origin_pattern(origin, allowed):
     pattern = re.compile(origin_pattern((EXTRA_ORIGIN + "/", "chrome-extension://*")))
     assert bool(pattern.fullmatch(origin)) is allowed
+
+
+@pytest.mark.parametrize("origin, host, same", [
+    ("http://192.168.1.5:11435", "192.168.1.5:11435", True), ("http://[fd00::5]:80", "[fd00::5]:80", True),
+    ("http://192.168.1.5:11435", "192.168.1.5:8080", False), ("http://192.168.1.6:11435", "192.168.1.5:11435", False),
+    ("http://myserver.lan:11435", "myserver.lan:11435", False),  # a name: DNS rebinding could stand behind it
+    ("http://evil.com", "192.168.1.5", False), ("null", "192.168.1.5", False), ("http://192.168.1.5", "", False),
+])
+def test_same_origin_is_trusted_for_ip_addresses_only(origin, host, same):
+    assert same_origin(origin, host) is same
+
+
+def test_a_page_served_at_a_lan_address_may_call_back_but_others_may_not():
+    guard = OriginGuard(None, loopback_bind=False, origins=re.compile(origin_pattern(())))
+    lan = {b"host": b"10.0.0.2:11435"}
+    assert guard.refusal({**lan, b"origin": b"http://10.0.0.2:11435"}) is None
+    assert "not allowed" in guard.refusal({**lan, b"origin": b"http://10.0.0.3:11435"})
+    assert "not allowed" in guard.refusal({b"host": b"box.lan:11435", b"origin": b"http://box.lan:11435"})
 
 
 def test_keys_are_matched_exactly_from_either_header():
@@ -160,14 +178,14 @@ def test_health_needs_no_key(http):
     assert http.get("/health").json()["status"] == "ok"
 
 
-def test_every_route_but_health_needs_a_key(http):
+def test_every_route_but_health_and_the_root_needs_a_key(http):
     schema = http.get("/openapi.json", headers=AUTH).json()
     routes = [(method.upper(), path) for path, ops in schema["paths"].items() for method in ops]
     assert len(routes) >= 10
     for method, template in routes:
         path = re.sub(r"\{[^}]+\}", "x", template)
         response = http.request(method, path, json={"model": "smollm2"})
-        if path == "/health":
+        if path in ("/health", "/"):  # the root: Ollama's "is running" probe, or the chat page that asks for the key
             assert response.status_code == 200
             continue
         if method == "HEAD":  # no body to read

@@ -7,3 +7,4 @@ from localrun.cli import doctor_commands  # noqa: F401  doctor
 from localrun.cli import launch_commands  # noqa: F401  launch claude
 from localrun.cli import quantize_commands  # noqa: F401  quantize, perplexity
 from localrun.cli import score_commands  # noqa: F401  score
+from localrun.cli import web_commands  # noqa: F401  open

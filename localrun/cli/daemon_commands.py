@@ -41,6 +41,7 @@ def serve(
     speculative: Optional[str] = typer.Option(None, "--speculative",
                                               help="Speculative decoding: off, on or a draft length "
                                                    "(overrides LOCALRUN_SPECULATIVE)."),
+    no_ui: bool = typer.Option(False, "--no-ui", help="Serve no web chat page at / (as LOCALRUN_UI=off)."),
 ) -> None:
     """Run the daemon in the foreground (logs to stderr; Ctrl-C or SIGTERM stops it gracefully)."""
     import signal
@@ -71,7 +72,8 @@ def serve(
         config = Config.from_env()
         config = replace(config, gpu_layers=gpu_layers or config.gpu_layers,
                          kv_cache_type=kv_cache_type or config.kv_cache_type,
-                         speculative=config.speculative if drafts is None else drafts)
+                         speculative=config.speculative if drafts is None else drafts,
+                         ui=config.ui and not no_ui)
         run_server(config, bind, address.port, insecure=insecure)
     finally:
         daemon.remove_pid_file(address.port)

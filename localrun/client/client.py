@@ -67,6 +67,16 @@ class Client:
     def models(self) -> list[str]:
         return [m["id"] for m in self._json("GET", "/v1/models").get("data", [])]
 
+    def serves_web_page(self) -> bool:
+        """Whether GET / answers with the chat page (no: `serve --no-ui`, or another kind of server)."""
+        try:
+            response = self._send("GET", "/", headers={"Accept": "text/html"})  # as a browser asks
+        except DaemonUnavailable:
+            raise
+        except LocalrunError:
+            return False
+        return response.headers.get("content-type", "").startswith("text/html")
+
     def show(self, model: str) -> dict[str, Any]:
         """Ollama's `/api/show`: details, parameters, template, model_info."""
         return self._json("POST", "/api/show", json={"model": model})

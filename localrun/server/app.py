@@ -47,6 +47,10 @@ def create_app(config: Config | None = None, store: Any = None, manager: ModelMa
     from localrun.server.tokens import router as tokens
 
     app.include_router(metrics.router)
+    if config.ui:  # before the Ollama routes: its GET / answers browsers, theirs everyone else
+        from localrun.server.web import router as web
+
+        app.include_router(web)
     app.include_router(openai)
     app.include_router(ollama)
     app.include_router(anthropic)

@@ -7,8 +7,9 @@ From the outside in (see `install`):
                   must be allowed, or the request is refused (403) before it can do anything.
     CORS          Starlette's CORSMiddleware: loopback origins plus LOCALRUN_ORIGINS; answers
                   preflights (which carry no key, so it sits outside the key check).
-    KeyGuard      with LOCALRUN_API_KEY set, every route but /health needs `Authorization: Bearer`
-                  or `x-api-key`, compared in constant time against every key (401).
+    KeyGuard      with LOCALRUN_API_KEY set, every route but /health and the chat page's static files
+                  needs `Authorization: Bearer` or `x-api-key`, compared in constant time against
+                  every key (401). The page must load without the key so that it can ask for it.
     BodyLimits    the body is read once and parsed once, before any route runs (body.py): size
                   (413), JSON size and nesting, valid Unicode text, and the counts a request may ask
                   for (messages, inputs, max tokens) (400).
@@ -20,9 +21,11 @@ from __future__ import annotations
 
 import fnmatch
 import hmac
+import ipaddress
 import re
 from dataclasses import dataclass
 from typing import Any
+from urllib.parse import urlsplit
 
 from starlette.middleware.cors import CORSMiddleware
 from starlette.types import ASGIApp, Receive, Scope, Send
@@ -34,7 +37,8 @@ from localrun.server.body import BodyLimits
 from localrun.server.errors import error_response
 from localrun.server.memory import parse_size
 
-OPEN_PATHS = frozenset({"/health"})
+OPEN_PATHS = frozenset({"/health", "/"})
+OPEN_PREFIX = "/ui/"  # the chat page's files (server/web): public, they ship in the package
 LOOPBACK_ORIGIN = r"https?://(localhost|127(\.\d{1,3}){3}|\[::1\])(:\d{1,5})?"
 _MAX_TOKEN_FIELDS = ("max_tokens", "max_completion_tokens", "num_predict")
 _INPUT_FIELDS = ("input", "prompt", "inputs")
@@ -46,6 +50,16 @@ _INPUT_FIELDS = ("input", "prompt", "inputs")
 def origin_pattern(extra: tuple[str, ...]) -> str:
     """One regex for every allowed Origin: loopback ones, plus LOCALRUN_ORIGINS (globs, `*` allowed)."""
     return "|".join([LOOPBACK_ORIGIN, *(fnmatch.translate(origin.rstrip("/")) for origin in extra)])
+
+
+def same_origin(origin: str, host: str) -> bool:
+    """A page this daemon served at an IP address calling back to it (http://192.168.1.5:11435 asking
+    Host 192.168.1.5:11435). Not for names: DNS rebinding points any name at this daemon."""
+    try:
+        ipaddress.ip_address(split_host(host))
+    except ValueError:
+        return False
+    return urlsplit(origin).netloc.lower() == host.strip().lower()
 
 
 def key_matches(presented: str, keys: tuple[str, ...]) -> bool:
@@ -129,7 +143,7 @@ class OriginGuard:
             return (f"host {host!r} is not a loopback name; this daemon listens on loopback only "
                     f"(requests from other names are refused against DNS rebinding)")
         origin = headers.get(b"origin", b"").decode("latin-1")
-        if origin and not self.origins.fullmatch(origin):
+        if origin and not self.origins.fullmatch(origin) and not same_origin(origin, host):
             return f"origin {origin!r} is not allowed; add it to LOCALRUN_ORIGINS"
         return None
 
@@ -139,7 +153,8 @@ class KeyGuard:
         self.app, self.keys = app, keys
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "http" and self.keys and scope["path"] not in OPEN_PATHS:
+        path = scope["path"]
+        if scope["type"] == "http" and self.keys and path not in OPEN_PATHS and not path.startswith(OPEN_PREFIX):
             if not key_matches(presented_key(_headers(scope)), self.keys):
                 response = error_response(scope["path"], 401, "missing or invalid API key: send it as "
                                           "`Authorization: Bearer KEY` or `x-api-key: KEY`",
@@ -162,4 +177,4 @@ def install(app: Any, config: Config) -> None:
 
 
 __all__ = ["KeyGuard", "Limits", "OriginGuard", "check_bind", "install", "is_loopback", "key_matches",
-           "origin_pattern", "split_host"]
+           "origin_pattern", "same_origin", "split_host"]

@@ -45,9 +45,12 @@ def _stream_error(e: LocalrunError) -> str:
     return ndjson({"error": e.message})
 
 
+RUNNING = "localrun is running"  # Ollama's "Ollama is running": what clients probe the root URL for
+
+
 @router.api_route("/", methods=["GET", "HEAD"], response_class=PlainTextResponse)
 async def root() -> str:
-    return "localrun is running"
+    return RUNNING
 
 
 @router.get("/api/version")
