@@ -296,9 +296,10 @@ def test_the_bundled_model_installs_with_no_network(store, smollm2_path, monkeyp
 
 
 def test_lock_files_do_not_pile_up_one_per_url(server, store, tiny, localrun_home):
-    """Every distinct URL used to leave a lock file behind; they are striped by hash now (256 at most)."""
-    for i in range(300):
+    """Every distinct URL used to leave a lock file of its own behind; they share 256 stripes per kind now
+    (a stripe is named by two hex digits of the key's hash)."""
+    for i in range(20):
         with pytest.raises(DownloadError):
             store.pull(server.url(f"/missing-{i}.gguf"))
-    locks = list((localrun_home / "models" / "partial").glob("*.lock"))
-    assert len(locks) <= 2 * 256 + 1 and all(len(p.stem.partition("-")[2]) <= 2 for p in locks if p.stem != "gc")
+    stems = [p.stem for p in (localrun_home / "models" / "partial").glob("*.lock")]
+    assert stems and all(stem == "gc" or len(stem.partition("-")[2]) == 2 for stem in stems), stems
