@@ -1,8 +1,11 @@
 """The one native generation request every API dialect translates into, and what comes back.
 
 A leaf module shared by the server (dialects build a `GenerateRequest` and render `Delta`/`Done`
-events in their own wire format) and the runner (which templates, tokenizes and runs it). It is
-plain dataclasses so that it crosses the runner pipe as JSON without pydantic.
+events in their own wire format), the runner (which templates, tokenizes and runs it) and the engine
+(whose `Finished` events carry `Timings`). It is plain dataclasses so that it crosses the runner pipe
+as JSON without pydantic: each type has one encode/decode pair (`to_dict`/`from_dict`; a token's
+log-probabilities, sent per token, a compact `to_wire`/`from_wire` triple), and `encode_event` /
+`decode_event` are the runner's "delta" and "done" messages.
 """
 
 from __future__ import annotations
@@ -52,20 +55,25 @@ class Usage:
 
 @dataclass(slots=True)
 class Timings:
-    """Milliseconds, as the engine measured them; dialects convert (Ollama wants nanoseconds)."""
+    """Per-request counters in milliseconds, in the units Ollama and llama-server report; dialects
+    convert (Ollama wants nanoseconds). The engine measures all but `load_ms`, which the server
+    measures: how long the request waited for its model to load."""
 
     prompt_tokens: int = 0
-    cached_tokens: int = 0
+    cached_tokens: int = 0  # prompt tokens reused from a slot's cache, not evaluated again
     prompt_ms: float = 0.0
     generated_tokens: int = 0
     generation_ms: float = 0.0
     load_ms: float = 0.0
-    draft_tokens: int = 0  # speculative decoding: tokens drafted, and those confirmed and used
-    draft_accepted: int = 0
+    draft_tokens: int = 0  # speculative decoding: tokens drafted for this request
+    draft_accepted: int = 0  # of those, the ones the model confirmed and that were used
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Timings:
-        return cls(**{k: data[k] for k in cls.__slots__ if k in data})
+        return cls(**data)
 
     def to_llama_server(self) -> dict[str, float]:
         """llama-server's `timings` object, which some clients already read."""
@@ -93,6 +101,16 @@ class TokenLogprob:
     top: list[tuple[str, float]] = field(default_factory=list)
     raw: list[int] | None = None  # the token's bytes, when they are not its text's UTF-8 (a partial character)
 
+    def to_wire(self) -> list[Any]:
+        """[token, logprob, [[alt, logprob], ...], raw?]: sent for every token, so a list, not an object."""
+        wire = [self.token, self.logprob, [list(alt) for alt in self.top]]
+        return wire if self.raw is None else [*wire, self.raw]
+
+    @classmethod
+    def from_wire(cls, item: list[Any]) -> TokenLogprob:
+        token, logprob, top, *raw = item
+        return cls(token, logprob, [(alt, lp) for alt, lp in top], raw[0] if raw else None)
+
 
 @dataclass(slots=True)
 class Delta:
@@ -101,6 +119,13 @@ class Delta:
     index: int
     text: str
     logprobs: list[TokenLogprob] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"index": self.index, "text": self.text, "logprobs": [lp.to_wire() for lp in self.logprobs]}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Delta:
+        return cls(data["index"], data["text"], [TokenLogprob.from_wire(item) for item in data["logprobs"]])
 
 
 @dataclass(slots=True)
@@ -127,7 +152,30 @@ class Done:
         t = self.timings
         return Usage(t.prompt_tokens, t.cached_tokens, t.generated_tokens)
 
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Done:
+        data = dict(data)
+        data["timings"] = Timings.from_dict(data["timings"])
+        data["tool_calls"] = [ToolCall(**call) for call in data["tool_calls"]]
+        return cls(**data)
+
 
 Event = Delta | Done
 
-__all__ = ["GenerateRequest", "Usage", "Timings", "TokenLogprob", "Delta", "ToolCall", "Done", "Event"]
+
+def encode_event(request_id: str, event: Event) -> dict[str, Any]:
+    """The runner's message for one event of request `request_id` (see runner/protocol.py)."""
+    return {"type": "delta" if isinstance(event, Delta) else "done", "id": request_id, **event.to_dict()}
+
+
+def decode_event(message: dict[str, Any]) -> Event:
+    """The event a "delta" or "done" message carries (the inverse of `encode_event`)."""
+    fields = {k: v for k, v in message.items() if k not in ("type", "id")}
+    return Delta.from_dict(fields) if message["type"] == "delta" else Done.from_dict(fields)
+
+
+__all__ = ["GenerateRequest", "Usage", "Timings", "TokenLogprob", "Delta", "ToolCall", "Done", "Event",
+           "decode_event", "encode_event"]

@@ -1,6 +1,6 @@
 """Where localrun keeps its files: platformdirs locations, all moved under one root by `LOCALRUN_HOME`.
 
-A leaf module: it reads the environment each call (tests point `LOCALRUN_HOME` at a temp dir per test).
+A leaf module: it reads the setting each call (tests point `LOCALRUN_HOME` at a temp dir per test).
 """
 
 from __future__ import annotations
@@ -9,12 +9,13 @@ import os
 import sys
 from pathlib import Path
 
+from localrun import config
+
 APP = "localrun"
 
 
 def _home() -> Path | None:
-    value = os.environ.get("LOCALRUN_HOME")
-    return Path(value).expanduser() if value else None
+    return config.read("LOCALRUN_HOME")
 
 
 def data_dir() -> Path:

@@ -2,7 +2,8 @@
 
 A leaf module shared by the server (each API dialect maps its fields here), the runner protocol and
 the engine (which builds a `llama_sampler_*` chain from it). Defaults are llama.cpp's; dialects
-apply their own API's defaults when translating (request value, then server default, then these).
+apply their own API's defaults when translating, and server/defaults.py the one precedence for what
+a request leaves unset (request, then the model's defaults, then the server's settings, then these).
 """
 
 from __future__ import annotations

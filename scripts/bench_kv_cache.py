@@ -19,9 +19,10 @@ import re
 import sysconfig
 from pathlib import Path
 
+from localrun.config import KV_CACHE_TYPES
 from localrun.engine.backend import Model, new_context
 from localrun.engine.perplexity import perplexity
-from localrun.engine.settings import KV_CACHE_TYPES, physical_cores
+from localrun.engine.settings import physical_cores
 
 _KV_SIZE = re.compile(r"llama_kv_cache: size =\s*([\d.]+) MiB")
 

@@ -242,9 +242,9 @@ def process_tree_rss(pid: int) -> int:
 
 
 def auth_headers() -> dict[str, str]:
-    from localrun.config import Config
+    from localrun.config import read
 
-    keys = Config.from_env().api_keys
+    keys = read("LOCALRUN_API_KEY")
     return {"Authorization": f"Bearer {keys[0]}"} if keys else {}
 
 

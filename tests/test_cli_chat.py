@@ -37,6 +37,13 @@ def test_chat_session_on_a_terminal(daemon, tmp_path):
     child = spawn(daemon, "chat", "smollm2", "--no-markdown", "--max-tokens", "20", "--temperature", "0")
     assert answer(child, "What is the capital of France?")
 
+    child.sendline(f"/save {tmp_path}/no/such/dir/chat.md")  # a failed slash command: one line, the chat goes on
+    child.expect_exact(f"error: cannot save to {tmp_path}/no/such/dir/chat.md: No such file or directory")
+    child.expect_exact(PROMPT)
+    child.sendline("/set parameter num_ctx 100000")  # refused when set, not on every message after it
+    child.expect_exact("error: num_ctx: smollm2:135m supports at most 8192 tokens of context, not 100000")
+    child.expect_exact(PROMPT)
+
     child.sendline("/set parameter max_tokens 3000")
     child.expect_exact("Set parameter 'max_tokens' to '3000'")
     child.sendline("/set system You are a pirate.")
@@ -54,6 +61,13 @@ def test_chat_session_on_a_terminal(daemon, tmp_path):
     child.sendline("/set parameter max_tokens 20")
     child.expect_exact(PROMPT)
     assert answer(child, "Say yes.")  # the session (and the daemon) carry on after Ctrl-C
+    stopped = tmp_path / "stopped.md"
+    child.sendline(f"/save {stopped}")
+    child.expect_exact("Saved the transcript")
+    child.expect_exact(PROMPT)
+    kept = stopped.read_text()  # the stopped question and its answer so far are part of the conversation
+    assert "## User\n\nTell me a very long story" in kept
+    assert re.search(r"many chapters\.\n\n## Assistant\n\n\S+", kept), kept
 
     child.sendintr()  # Ctrl-C at the prompt clears the line, does not leave
     child.expect_exact("Use Ctrl-D or /bye to exit.")
@@ -102,6 +116,37 @@ def test_run_without_prompt_on_a_terminal_chats_and_ctrl_d_leaves(daemon):
     assert child.exitstatus == 0
 
 
+def test_ctrl_c_in_markdown_draws_the_answer_once_and_keeps_it(daemon, tmp_path):
+    """A terminal emulator replays what the chat wrote: after Ctrl-C, each line is on the screen once."""
+    import pyte
+
+    screen = pyte.Screen(100, 40)
+    stream = pyte.Stream(screen)
+    child = pexpect.spawn(sys.executable, ["-m", "localrun", "chat", "smollm2", "--temperature", "0"],
+                          env={**daemon.env(), "PROMPT_TOOLKIT_NO_CPR": "1", "TERM": "xterm"}, encoding="utf-8",
+                          timeout=180, dimensions=(40, 100))
+    child.logfile_read = type("Feed", (), {"write": lambda self, text: stream.feed(text), "flush": lambda self: None})()
+    child.expect_exact(PROMPT)
+    child.sendline("Write a long poem about the sea, in many verses.")
+    child.expect_exact(READ)
+    child.expect(r"\w+ \w+ \w+ \w+")  # a few words of the answer are on the screen
+    child.sendintr()
+    child.expect_exact("(answer stopped)")
+    child.expect_exact(PROMPT)
+    rows = [row.rstrip() for row in screen.display if row.strip()]
+    answer_rows = rows[1:rows.index("(answer stopped)")]
+    assert rows[0].startswith(">>> Write a long poem") and answer_rows, rows
+    assert len(set(answer_rows)) == len(answer_rows), rows  # no line drawn twice
+    prompts = [r for r in rows if r.startswith(">>>")]
+    assert prompts == [rows[0], rows[-1]], rows  # the question's, and one new prompt after the stop
+    child.sendline(f"/save {tmp_path / 'poem.md'}")
+    child.expect_exact("Saved the transcript")
+    child.sendline("/bye")
+    child.expect(pexpect.EOF)
+    kept = (tmp_path / "poem.md").read_text()
+    assert "## User\n\nWrite a long poem" in kept and "## Assistant\n\n" in kept
+
+
 # -- pure parts of a session ----------------------------------------------------------------------
 
 def lines(*typed: str):
@@ -142,6 +187,41 @@ def test_bad_parameter_is_reported_without_leaving():
         session.command("/set parameter temperature hot")
     with pytest.raises(UsageError, match="unknown option"):
         session.command("/set parameter colour blue")
+
+
+@pytest.mark.parametrize("width, text, shown", [
+    (10, "The quick brown fox jumps over the lazy dog.", "The quick \nbrown fox \njumps over\nthe lazy \ndog."),
+    (8, "a\nbb cc dd", "a\nbb cc dd"),
+    (5, "abcdefghijkl xy", "abcde\nfghij\nkl xy"),  # a word longer than a line is cut
+])
+def test_plain_answers_wrap_at_word_boundaries_while_streaming(width, text, shown):
+    from localrun.cli.format import WordWrap
+
+    for step in (1, 3, len(text)):  # however the stream splits the text
+        wrap = WordWrap(width)
+        out = "".join(wrap.feed(text[i:i + step]) for i in range(0, len(text), step)) + wrap.finish()
+        assert out == shown
+        assert all(len(line) <= width for line in out.split("\n"))
+
+
+def test_ctrl_c_in_a_slash_command_comes_back_to_the_prompt(monkeypatch, capsys):
+    from localrun.cli import chat
+
+    typed = iter(["/load big-model", "/show system"])
+
+    def read_line(prompt: str) -> str:
+        for line in typed:
+            return line
+        raise EOFError
+
+    def interrupted_pull(args):
+        raise KeyboardInterrupt
+
+    session = ChatSession(client=None, model="m")
+    monkeypatch.setattr(session, "_load", interrupted_pull)
+    monkeypatch.setattr(chat, "line_reader", lambda: read_line)
+    chat.repl(session)  # returns at EOF, not with the KeyboardInterrupt
+    assert capsys.readouterr().out == "Use Ctrl-D or /bye to exit.\nNo system message was specified.\n\n"
 
 
 def test_transcript_and_info():

@@ -46,6 +46,8 @@ def test_verbose_prints_ollama_stats_on_stderr(daemon):
     for name in ("total duration", "load duration", "prompt eval count", "prompt eval rate", "eval count",
                  "eval duration", "eval rate"):
         assert f"{name}:" in done.stderr
+    request_id = done.stderr.split("request id:", 1)[1].split()[0]  # the id its `localrun logs` line ends with
+    assert f" id={request_id}\n" in daemon.log.read_text()
     assert "eval count:" not in done.stdout
 
 
@@ -69,6 +71,25 @@ def test_usage_errors_exit_2(daemon):
     assert bad.returncode == 2 and "--format" in bad.stderr
     typo = run_cli("run", "smollm2", "hi", "--max-tokens", "many", env=daemon.env())
     assert typo.returncode == 2
+
+
+def test_a_blank_prompt_is_refused_like_an_empty_one(daemon):
+    for prompt in ("", "   ", "\n\t"):
+        done = run_cli("run", "smollm2", prompt, env=daemon.env())
+        assert done.returncode == 2 and done.stdout == "", prompt
+        assert done.stderr in ("error: no prompt: give one as arguments or on stdin\n", "error: the prompt is blank\n")
+
+
+def test_json_cut_off_by_max_tokens_fails_after_printing_it(daemon):
+    done = run_cli("run", "smollm2", "List three colours as a JSON object.", "--format", "json", "--max-tokens", "3",
+                   env=daemon.env())
+    assert done.returncode == 1 and done.stdout.strip()  # what came is shown, and the script learns it is cut
+    assert done.stderr == "error: the answer was cut off by --max-tokens 3, so its JSON is incomplete; allow more " \
+                          "tokens\n"
+    whole = run_cli("run", "smollm2", "Say hi as a JSON object.", "--format", "json", "--max-tokens", "200",
+                    env=daemon.env())
+    assert whole.returncode == 0, whole.stderr
+    json.loads(whole.stdout)
 
 
 def test_unreachable_remote_host_is_one_error_line():

@@ -19,11 +19,12 @@ from pathlib import Path
 import httpx
 import pytest
 
+from localrun.config import EngineSettings
 from localrun.errors import LoadCrashed, RunnerCrashed
 from localrun.native import GenerateRequest
 from localrun.safe_mode import FILE_NAME
 from localrun.sampling import SamplingParams
-from localrun.server.runner_process import RunnerOptions, RunnerProcess
+from localrun.server.runner_process import RunnerProcess
 from tests.daemon import start_daemon
 
 PROMPTS = ["The capital of France is", "Write a haiku about the sea.", "List three prime numbers:"]
@@ -40,7 +41,7 @@ def greedy(engine, prompt: str, n: int = 24) -> list[int]:
 
 
 def test_safe_mode_answers_token_for_token_like_a_normal_load(smollm2_path):
-    from localrun.engine import Engine, EngineSettings
+    from localrun.engine import Engine
 
     answers = {}
     for safe in (False, True):
@@ -116,7 +117,7 @@ def test_a_runner_killed_by_sigill_while_loading_names_the_cause_and_the_fix(smo
     async def main() -> None:
         with RunnerKiller(model) as killer:
             with pytest.raises(LoadCrashed) as crash:
-                await RunnerProcess.start(model, RunnerOptions(parallel=1, ctx_size=256))
+                await RunnerProcess.start(model, EngineSettings(parallel=1, ctx_size=256))
         assert killer.killed
         assert "SIGILL" in crash.value.message and "-DGGML_NATIVE=OFF" in crash.value.message
 
@@ -179,7 +180,7 @@ def test_sigill_mid_request_tells_every_request_the_cause_and_the_fix(smollm2_pa
     model = shutil.copy(smollm2_path, tmp_path / "midway.gguf")
 
     async def main() -> None:
-        runner = await RunnerProcess.start(model, RunnerOptions(parallel=1, ctx_size=512))
+        runner = await RunnerProcess.start(model, EngineSettings(parallel=1, ctx_size=512))
         sampling = SamplingParams(temperature=0, max_tokens=400, ignore_eos=True)
         request = GenerateRequest(model="m", prompt="Tell a long story.", sampling=sampling).to_dict()
         with pytest.raises(RunnerCrashed) as crash:

@@ -4,6 +4,7 @@ foreground with its pid file and graceful SIGTERM."""
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import signal
@@ -14,6 +15,8 @@ import time
 
 import httpx
 import pytest
+
+from localrun import __version__
 
 from localrun.cli import daemon as lifecycle
 from localrun.client.address import parse_address
@@ -48,7 +51,8 @@ def dead_pid() -> int:
     return child.pid
 
 
-def test_auto_start_status_ps_logs_stop(port):
+def test_auto_start_status_ps_logs_stop(port, monkeypatch):
+    monkeypatch.setenv("LOCALRUN_SHUTDOWN_TIMEOUT", "2m")  # `stop` below waits for an answer on a busy machine
     assert not healthy(port)
     clients = [subprocess.Popen([sys.executable, "-m", "localrun", "run", "smollm2", "Hi", *TINY],
                                 stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
@@ -80,18 +84,52 @@ def test_auto_start_status_ps_logs_stop(port):
         assert time.monotonic() < deadline
         time.sleep(0.5)
 
+    assert run_cli("run", "smollm2", "Hi", *TINY).returncode == 0
+    assert [m["name"] for m in json.loads(run_cli("ps", "--json").stdout)] == ["smollm2:135m"]
+    assert json.loads(run_cli("status", "--json").stdout) == {
+        "address": f"http://127.0.0.1:{port}", "state": "up", "pid": pid, "version": __version__, "loaded": 1}
+    unloaded = run_cli("stop", "smollm2")  # as `ollama stop MODEL`: that model only
+    assert (unloaded.returncode, unloaded.stdout, unloaded.stderr) == (0, "", "")
+    assert json.loads(run_cli("ps", "--json").stdout) == [] and healthy(port)
+    again = run_cli("stop", "smollm2")
+    assert again.returncode == 1 and again.stderr == "error: model 'smollm2' is not loaded\n"
+
+    # `stop` is graceful: an answer streaming when it comes is finished, not cut off.
+    answer = subprocess.Popen([sys.executable, "-m", "localrun", "run", "smollm2", "Tell me a story.",
+                               "--max-tokens", "24", "--temperature", "0"], stdin=subprocess.DEVNULL,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    first = answer.stdout.read(1)
     stopped = run_cli("stop")
+    out, err = answer.communicate(timeout=180)
+    assert answer.returncode == 0 and err == "" and len((first + out).split()) > 8, err
     assert stopped.returncode == 0 and f"stopped localrun (pid {pid})" in stopped.stdout
     assert not healthy(port) and not lifecycle.pid_file(port).exists()
     assert run_cli("status").returncode == 1
+    assert json.loads(run_cli("status", "--json").stdout)["state"] == "down"
     assert "not running" in run_cli("stop").stdout
 
 
-def test_logs_follow_prints_new_lines_until_ctrl_c(port):
+def test_stop_ends_an_answer_longer_than_the_drain_on_a_line_of_its_own(port, monkeypatch):
+    monkeypatch.setenv("LOCALRUN_SHUTDOWN_TIMEOUT", "0")
+    assert run_cli("run", "smollm2", "Hi", *TINY).returncode == 0  # starts the daemon with that setting
+    answer = subprocess.Popen([sys.executable, "-m", "localrun", "run", "smollm2", "Tell me a long story.",
+                               "--max-tokens", "2000", "--temperature", "0"], stdin=subprocess.DEVNULL,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    first = answer.stdout.read(1)
+    started = time.monotonic()
+    assert run_cli("stop").returncode == 0 and time.monotonic() - started < 15
+    out, err = answer.communicate(timeout=60)
+    assert answer.returncode == 1 and err == "error: the server is shutting down\n"
+    assert (first + out).endswith("\n") and (first + out).strip()  # the error starts a line of its own
+
+
+def test_logs_follow_waits_for_the_log_and_prints_new_lines_until_ctrl_c(port):
     path = lifecycle.log_file(port)
+    follower = subprocess.Popen([sys.executable, "-m", "localrun", "logs", "-f"], stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True)
+    assert follower.stderr.readline() == f"waiting for the daemon to write its log ({path})\n"  # a fresh home
     path.parent.mkdir(parents=True)
     path.write_text("first line\n")
-    follower = subprocess.Popen([sys.executable, "-m", "localrun", "logs", "-f"], stdout=subprocess.PIPE, text=True)
     assert follower.stdout.readline() == "first line\n"
     with open(path, "a") as f:
         f.write("second line\n")

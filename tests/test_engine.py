@@ -377,8 +377,6 @@ def test_timings(engine):
     run = generate(engine, PROMPTS[5], max_tokens=10, **GREEDY)
     t = run.finished.timings
     assert t.generated_tokens == 10 and t.prompt_ms > 0 and t.generation_ms > 0
-    assert set(t.to_dict()) == {"prompt_tokens", "cached_tokens", "prompt_ms", "generated_tokens", "generation_ms",
-                                "load_ms", "draft_tokens", "draft_accepted"}
     assert t.draft_tokens == t.draft_accepted == 0  # no speculative decoding unless asked
 
 

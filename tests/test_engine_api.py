@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 
 import localrun.engine as engine
-from localrun.engine import EngineSettings, Finished, Request, Timings, Token
+from localrun.engine import EngineSettings, Finished, Request, Token
 
 
 def test_public_names():
@@ -36,6 +36,4 @@ def test_event_fields():
 
     assert fields(Token) == ["request_id", "text", "token", "logprob", "top_logprobs"]
     assert fields(Finished) == ["request_id", "reason", "timings", "stop_text"]
-    assert fields(Timings) == ["prompt_tokens", "cached_tokens", "prompt_ms", "generated_tokens", "generation_ms", "load_ms",
-                               "draft_tokens", "draft_accepted"]
     assert fields(Request) == ["id", "prompt", "sampling", "truncate"]

@@ -42,7 +42,7 @@ def test_quantized_caches_cost_little_perplexity(smollm2_path):
 @pytest.mark.parametrize("args, env, message", [
     (["--kv-cache-type", "q4_0"], {"LOCALRUN_FLASH_ATTN": "off"}, "error: a q4_0 KV cache needs flash attention"),
     ([], {"LOCALRUN_KV_CACHE_TYPE": "q8_0", "LOCALRUN_FLASH_ATTN": "off"}, "error: a q8_0 KV cache needs flash attention"),
-    (["--kv-cache-type", "q5"], {}, "error: KV cache type must be one of f16, q8_0, q4_0, got 'q5'"),
+    (["--kv-cache-type", "q5"], {}, "error: --kv-cache-type must be one of f16, q8_0, q4_0, got 'q5'"),
 ])
 def test_serve_refuses_what_llama_cpp_would_refuse(args, env, message):
     done = run_cli("serve", "--port", "1", *args, env=env, timeout=60)

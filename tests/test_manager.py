@@ -4,16 +4,18 @@ runner serves, when a request is refused, what is evicted and when keep-alive un
 from __future__ import annotations
 
 import asyncio
+import threading
+import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import pytest
 
-from localrun.config import Config
+from localrun.config import EngineSettings, Settings
 from localrun.errors import LoadCrashed, ModelLoadError, ModelNotFound, Overloaded
 from localrun.server.manager import ModelManager
-from localrun.server.memory import estimate_bytes, parse_size
-from localrun.server.runner_process import RunnerOptions
+from localrun.server.memory import estimate_bytes
+from localrun.sizes import parse_size
 from localrun.store.ggufinfo import kv_bytes_per_token
 
 
@@ -24,6 +26,7 @@ class StubModel:
     path: Path
     size: int = 1000
     facts: object = field(default_factory=lambda: type("Facts", (), {"kv_bytes_per_token": 0})())
+    defaults: dict = field(default_factory=dict)
 
 
 @dataclass
@@ -49,9 +52,11 @@ class StubRunner:
 
 
 def manager(**overrides) -> tuple[ModelManager, list[StubRunner]]:
+    """A manager with these settings (names of LOCALRUN_* variables in lower case, without the prefix)."""
     settings = dict(keep_alive="5m", max_loaded_models=2, memory_budget="1GiB", max_queue=1, parallel=1,
                     ctx_size=512)
     settings.update(overrides)
+    environ = {f"LOCALRUN_{name.upper()}": str(value) for name, value in settings.items()}
     store = StubStore({n: StubModel(n, f"sha256:{n}", Path(n)) for n in ("a", "b", "c")})
     spawned: list[StubRunner] = []
 
@@ -59,7 +64,7 @@ def manager(**overrides) -> tuple[ModelManager, list[StubRunner]]:
         spawned.append(StubRunner(path, options))
         return spawned[-1]
 
-    return ModelManager(replace(Config.from_env(), **settings), store, spawn), spawned
+    return ModelManager(Settings.from_env(environ), store, spawn), spawned
 
 
 def run(coro):
@@ -165,6 +170,43 @@ async def use(m: ModelManager, *names: str) -> None:
             pass
 
 
+def test_resolving_a_name_does_not_hold_up_requests_to_a_loaded_model():
+    """The store reads manifests and GGUF headers from disk: a slow disk must not stall the event loop."""
+    async def main():
+        m, _ = manager()
+        await use(m, "a")
+        disk = threading.Event()
+        plain = m.store.resolve
+
+        def resolve(name: str) -> StubModel:
+            if name == "b":
+                disk.wait(10)
+            return plain(name)
+
+        m.store.resolve = resolve
+        started = time.monotonic()
+        slow = asyncio.create_task(use(m, "b"))
+        await asyncio.sleep(0)  # the request for "b" starts resolving its name
+        await use(m, "a")  # and one for "a" is served meanwhile
+        assert time.monotonic() - started < 5 and not slow.done()
+        disk.set()
+        await slow
+        await m.close()
+    run(main())
+
+
+def test_a_models_default_context_applies_unless_the_request_names_one():
+    async def main():
+        m, spawned = manager()
+        m.store.models["a"].defaults["num_ctx"] = 1024
+        await use(m, "a", "b")
+        assert [x.options.ctx_size for x in spawned] == [1024, 512]  # the model's default, else LOCALRUN_CTX_SIZE
+        async with m.lease("a", num_ctx=2048) as loaded:
+            assert loaded.options.ctx_size == 2048
+        await m.close()
+    run(main())
+
+
 def test_memory_budget_evicts_to_fit():
     async def main():
         m, spawned = manager(memory_budget="1500", max_loaded_models=5)
@@ -178,7 +220,7 @@ def test_kv_cache_estimate_from_gguf_metadata():
     meta = {"block_count": 30, "embedding_length": 576, "attention.head_count": 9, "attention.head_count_kv": 3}
     per_token = kv_bytes_per_token(lambda key, default: meta.get(key, default))
     assert per_token == 30 * 3 * (64 + 64) * 2
-    f16 = RunnerOptions(parallel=2, ctx_size=100)
+    f16 = EngineSettings(parallel=2, ctx_size=100)
     assert estimate_bytes(1000, per_token, f16) == 1000 + per_token * 200
     assert estimate_bytes(1000, per_token, replace(f16, kv_cache_type="q8_0")) < estimate_bytes(1000, per_token, f16)
     assert parse_size("8GiB") == 8 * 2**30 and parse_size("512MB") == 512 * 10**6
@@ -253,7 +295,7 @@ def test_a_failed_load_fails_every_waiter_and_the_next_request_tries_again():
 
 def crashing_spawn(crashes: int, error=LoadCrashed):
     """A runner factory whose first `crashes` starts die while loading; records each start's options."""
-    starts: list[RunnerOptions] = []
+    starts: list[EngineSettings] = []
 
     async def spawn(path, options):
         starts.append(options)

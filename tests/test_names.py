@@ -44,7 +44,8 @@ INVALID = [
     "tab\tin", "new\nline", "x" * 81, "model:" + "t" * 81, "a" * 513, "ünïcode", "emoji🙂",
     "full\uff0fwidth", "zero\u200bwidth", "hf.co", "hf.co/user", "hf.co/user/repo/extra",
     "hf.co/user/repo:not-a-quant", "hf.co/../repo", "hf.co/user/..:Q4_K_M", "https://example.com/x.bin",
-    "https://", "https:///x.gguf", "back\\slash", "a..b", "name:a..b", "sp ace",
+    "https://", "https:///x.gguf", "back\\slash", "a..b", "name:a..b", "sp ace", "ftp://foo/x.gguf",
+    "file:///tmp/x.gguf", "s3://bucket/x.gguf",
 ]
 
 
@@ -61,6 +62,11 @@ def test_invalid_references_raise_one_line(text):
     with pytest.raises(InvalidName) as info:
         parse_reference(text)
     assert "\n" not in info.value.message and info.value.message
+
+
+def test_another_url_scheme_is_named_not_taken_for_a_file():
+    with pytest.raises(InvalidName, match="unsupported URL scheme 'ftp'.*https:// or http://"):
+        parse_reference("ftp://foo/x.gguf")
 
 
 @pytest.mark.parametrize("text,expected", [("q4_k_m", "Q4_K_M"), ("Q8_0", "Q8_0"), ("iq3_xxs", "IQ3_XXS"),

@@ -129,7 +129,8 @@ def test_list_and_show(client):
     assert shown.modelfile.startswith("# Modelfile") and "\nFROM " in shown.modelfile
     assert shown.modelinfo["general.architecture"] == "llama" and shown.modelinfo["general.parameter_count"] > 1e8
     assert "completion" in shown.capabilities and shown.details.parameter_size == "135M"
-    assert "num_ctx" in shown.parameters
+    assert not shown.parameters  # no invented defaults: the catalogue's context length is in modelinfo
+    assert shown.modelinfo["llama.context_length"] == 8192
 
 
 def test_pull_copy_delete_from_a_loopback_server(client, tmp_path):

@@ -15,9 +15,10 @@ import pytest
 from localrun.errors import ContextOverflow, LocalrunError, ModelLoadError, RunnerCrashed
 from localrun.native import GenerateRequest
 from localrun.sampling import SamplingParams
-from localrun.server.runner_process import RunnerOptions, RunnerProcess
+from localrun.config import EngineSettings
+from localrun.server.runner_process import RunnerProcess
 
-OPTIONS = RunnerOptions(parallel=2, ctx_size=512)
+OPTIONS = EngineSettings(parallel=2, ctx_size=512)
 
 
 def request(prompt: str, max_tokens: int = 8, **kw) -> dict:
@@ -58,7 +59,7 @@ def test_generates_tokenizes_and_reports_info(smollm2_path):
 
 def test_cancel_by_closing_the_stream_frees_the_slot(smollm2_path):
     async def main() -> None:
-        runner = await RunnerProcess.start(smollm2_path, RunnerOptions(parallel=1, ctx_size=512))
+        runner = await RunnerProcess.start(smollm2_path, EngineSettings(parallel=1, ctx_size=512))
         try:
             stream = runner.stream("generate", request=request("Tell a long story.", max_tokens=400))
             async for message in stream:
@@ -120,7 +121,7 @@ def test_perplexity_runs_beside_generation(smollm2_path):
     from tests.test_perplexity import TEXT
 
     async def main() -> None:
-        runner = await RunnerProcess.start(smollm2_path, RunnerOptions(parallel=1, ctx_size=512))
+        runner = await RunnerProcess.start(smollm2_path, EngineSettings(parallel=1, ctx_size=512))
         try:
             job = asyncio.create_task(runner.call("perplexity", text=TEXT * 12, ctx=32, batch=32))  # ~100 decodes
             await asyncio.sleep(0.5)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from localrun.engine.scheduler import Scheduler, common_prefix, prefill_size
+from localrun.engine.scheduler import Copy, Scheduler, Trim, common_prefix, prefill_size
 from localrun.engine.sequence import Sequence, Status
 
 
@@ -67,7 +67,7 @@ def test_waits_for_a_free_slot_and_joins_between_steps():
     s.finish(a)
     plan = run_step(s)
     assert layout(plan) == [("b", 0, 1, 1)]
-    assert plan.trims == [(0, 0)]  # nothing shared: the slot's old tokens are removed
+    assert plan.edits == [Trim(0, 0)]  # nothing shared: the slot's old tokens are removed
 
 
 def test_prefix_reuse_picks_the_slot_with_the_longest_common_prefix():
@@ -81,7 +81,7 @@ def test_prefix_reuse_picks_the_slot_with_the_longest_common_prefix():
     s.add(follow)
     plan = run_step(s)
     assert follow.slot == 0 and follow.n_cached == 4
-    assert plan.trims == []
+    assert plan.edits == []
     assert layout(plan) == [("f", 4, 3, 1)]
 
 
@@ -96,7 +96,7 @@ def test_always_reevaluates_the_last_two_prompt_tokens():
     s.add(again)
     plan = run_step(s)
     assert again.n_cached == 1
-    assert plan.trims == [(0, 1)]
+    assert plan.edits == [Trim(0, 1)]
     assert layout(plan) == [("b", 1, 2, 1)]  # never a lone prompt token: see MIN_PREFILL
 
 
@@ -155,13 +155,7 @@ def test_finish_a_waiting_sequence():
 
 
 def test_a_cache_that_cannot_be_cut_starts_over():
-    cuts = []
-
-    def cannot_cut(slot_id: int, keep: int) -> int:
-        cuts.append((slot_id, keep))
-        return 0
-
-    s = Scheduler(n_slots=1, batch_size=64, trim=cannot_cut)
+    s = Scheduler(n_slots=1, batch_size=64, can_cut=False)
     first = seq("a", [1, 2, 3, 4])
     s.add(first)
     run_step(s)
@@ -169,8 +163,7 @@ def test_a_cache_that_cannot_be_cut_starts_over():
     again = seq("b", [1, 2, 3, 9])
     s.add(again)
     plan = run_step(s)
-    assert cuts == [(0, 2)]
-    assert plan.trims == [(0, 0)] and again.n_cached == 0
+    assert plan.edits == [Trim(0, 0)] and again.n_cached == 0
     assert layout(plan) == [("b", 0, 4, 1)]
 
 
@@ -221,8 +214,7 @@ def test_a_step_decodes_every_generated_token_together_and_each_prompt_chunk_alo
 
 
 def test_a_prompt_being_evaluated_elsewhere_is_waited_for_and_copied():
-    copies: list[tuple[int, int]] = []
-    s = Scheduler(n_slots=3, batch_size=40, copy=lambda src, dst: copies.append((src, dst)))
+    s = Scheduler(n_slots=3, batch_size=40, share=True)
     long = list(range(100, 170))  # 70 tokens: two steps of prefill at a budget of 40
     a, b, c = seq("a", long), seq("b", long), seq("c", [1, 2, 3])
     for q in (a, b, c):
@@ -230,18 +222,19 @@ def test_a_prompt_being_evaluated_elsewhere_is_waited_for_and_copied():
     assert layout(run_step(s)) == [("a", 0, 40, 0)]
     assert b.status is Status.WAITING and c.status is Status.WAITING  # FIFO: c waits behind b
     plan = run_step(s)
-    assert layout(plan) == [("a", 40, 30, 1)] and plan.copies == []
+    assert layout(plan) == [("a", 40, 30, 1)] and plan.edits == []
     plan = run_step(s)  # a's prompt is in its slot: b gets a copy and evaluates its last two tokens
-    assert plan.copies == [(a.slot, b.slot)] == copies and b.n_cached == 68
+    assert plan.edits == [Copy(a.slot, b.slot), Trim(b.slot, 68)] and b.n_cached == 68  # copied, then cut
     assert layout(plan) == [("a", 70, 1, 1), ("b", 68, 2, 1), ("c", 0, 3, 1)]
 
 
 def test_short_prompts_are_neither_held_back_nor_copied():
-    s = Scheduler(n_slots=2, batch_size=64, copy=lambda src, dst: pytest.fail("copied"))
+    s = Scheduler(n_slots=2, batch_size=64, share=True)
     short = list(range(10))
     a, b = seq("a", short), seq("b", short)
     s.add(a), s.add(b)
-    assert layout(run_step(s)) == [("a", 0, 10, 1), ("b", 0, 10, 1)]
+    plan = run_step(s)
+    assert layout(plan) == [("a", 0, 10, 1), ("b", 0, 10, 1)] and plan.edits == []
 
 
 # -- speculative decoding ---------------------------------------------------------------------------
@@ -269,7 +262,7 @@ def test_a_drafting_sequence_decodes_its_token_and_the_draft_in_one_chunk():
     s.commit(plan.chunks)
     assert s.slots[a.slot].tokens == COPY + [4, 5, 6, 7, 8, 9, 10, 11, 12]
     a.tokens += [5, 6, 99]  # the model confirmed 5 and 6, then sampled 99 instead of 7
-    s.settle(chunk, 2)
+    assert s.settle(chunk, 2) == Trim(a.slot, 18)
     assert a.n_evaluated == 18 and a.pending == 1
     assert s.slots[a.slot].tokens == COPY + [4, 5, 6]
 
@@ -307,3 +300,28 @@ def test_drafts_of_one_length_share_a_decode_call_apart_from_plain_decode_tokens
     batches = s.schedule().batches()
     assert [[(ch.seq.id, ch.n) for ch in batch] for batch in batches] == [
         [("c", 1)], [("a", 9), ("b", 9)], [("late", 3)]]
+
+
+def test_planning_needs_no_model_and_edits_no_cache():
+    """Importing the scheduler loads no llama.cpp; a plan only lists the cache edits, in their order."""
+    import subprocess
+    import sys
+
+    code = "import sys, localrun.engine.scheduler; print('llama_cpp' in sys.modules)"
+    assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout == "False\n"
+    s = Scheduler(n_slots=2, batch_size=64, share=True)
+    long = list(range(100, 140))
+    a = seq("a", long)
+    s.add(a)
+    run_step(s)
+    s.finish(a)
+    b = seq("b", [1, 2, 3])
+    s.add(b)
+    run_step(s)  # b takes the empty slot 1; slot 0 keeps a's prompt
+    s.finish(b)
+    c, d = seq("c", long[:35] + [5, 5]), seq("d", [1, 2, 9])
+    s.add(c), s.add(d)
+    plan = s.schedule()
+    # c reuses slot 0 (35 shared tokens, the rest cut); d takes slot 1, keeping b's first token
+    assert plan.edits == [Trim(0, 35), Trim(1, 1)]
+    assert s.slots[0].tokens == long[:35] and s.slots[1].tokens == [1]

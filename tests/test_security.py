@@ -12,7 +12,7 @@ import time
 import httpx
 import pytest
 
-from localrun.config import Config
+from localrun.config import Settings
 from localrun.errors import UsageError
 from localrun.server.body import MAX_JSON_VALUES, parse, structure
 from localrun.server.security import (Limits, OriginGuard, check_bind, is_loopback, key_matches, origin_pattern,
@@ -126,7 +126,7 @@ def test_limits_check_every_dialect_field():
 
 
 def test_check_bind_needs_a_key_or_insecure_off_loopback():
-    config = Config.from_env()
+    config = Settings.from_env()
     for host in ("127.0.0.1", "localhost", "::1"):
         check_bind(host, config, insecure=False)
     with pytest.raises(UsageError, match="--insecure"):

@@ -8,7 +8,7 @@ import httpx
 import ollama
 import pytest
 
-from localrun.config import SPECULATIVE_ON, parse_speculative
+from localrun.config import SPECULATIVE_ON, read
 from localrun.errors import UsageError
 from tests.cli import run_cli
 from tests.test_metrics import scrape
@@ -74,17 +74,20 @@ def test_run_speculative_verbose_prints_the_acceptance(daemon):
 
 
 def test_server_setting_parses_off_on_and_lengths():
-    assert [parse_speculative(v) for v in ("off", "0", "on", "8", " ON ")] == [0, 0, SPECULATIVE_ON, 8, SPECULATIVE_ON]
+    def setting(value: str) -> int:
+        return read("LOCALRUN_SPECULATIVE", {"LOCALRUN_SPECULATIVE": value})
+
+    assert [setting(v) for v in ("off", "0", "on", "8", " ON ")] == [0, 0, SPECULATIVE_ON, 8, SPECULATIVE_ON]
     for bad in ("65", "-1", "fast"):
-        with pytest.raises(UsageError, match="speculative"):
-            parse_speculative(bad)
+        with pytest.raises(UsageError, match="LOCALRUN_SPECULATIVE must be off, on or a draft length"):
+            setting(bad)
 
 
 def test_serve_refuses_a_bad_setting_before_starting():
     done = run_cli("serve", "--speculative", "fast", "--port", "1")
     assert done.returncode == 2 and "speculative" in done.stderr and "Traceback" not in done.stderr
     done = run_cli("serve", "--port", "1", env={"LOCALRUN_SPECULATIVE": "99"})
-    assert done.returncode == 2 and "speculative" in done.stderr
+    assert done.returncode == 2 and "LOCALRUN_SPECULATIVE" in done.stderr
 
 
 def test_a_daemon_with_drafting_on_and_a_q8_0_cache_answers_as_without_drafts(tmp_path):

@@ -96,6 +96,64 @@ def test_a_non_gguf_local_file_is_refused(store, tmp_path):
     assert_nothing_stored(store)
 
 
+@pytest.mark.parametrize("keep, message", [
+    (30, r"cut.gguf is a truncated GGUF file: it ends after 30 bytes, inside its metadata$"),
+    (300, r"cut.gguf is a truncated GGUF file: it ends after 300 bytes, inside its metadata$"),
+    (-1, r"cut.gguf is a truncated GGUF file: 33375 of 33376 bytes$"),
+])
+def test_a_truncated_file_is_named_in_words(store, tmp_path, keep, message):
+    whole = write_tiny_gguf(tmp_path / "whole.gguf", floats=8192).read_bytes()
+    (tmp_path / "cut.gguf").write_bytes(whole[:keep])
+    with pytest.raises(NotGGUF, match=message):
+        store.pull(str(tmp_path / "cut.gguf"))
+
+
+def test_a_real_model_cut_short_says_how_much_is_missing(store, tmp_path, smollm2_path):
+    with open(smollm2_path, "rb") as f:
+        (tmp_path / "head.gguf").write_bytes(f.read(5_000_000))
+    size = smollm2_path.stat().st_size
+    with pytest.raises(NotGGUF, match=rf"head.gguf is a truncated GGUF file: 5000000 of {size} bytes$"):
+        store.pull(str(tmp_path / "head.gguf"))
+
+
+def test_show_reads_the_facts_a_pull_cached_for_its_file(store, tiny):
+    model = store.pull(str(tiny))
+    cache = store.layout.info(model.digest)
+    assert cache.is_file() and store.show("tiny") == store.show("tiny:latest")
+    cache.write_text(cache.read_text().replace('"apache-2.0"', '"from-the-cache"'))
+    assert store.show("tiny").license == "from-the-cache"  # read back, not parsed again
+    cache.write_text("{broken")
+    assert store.show("tiny").license == "apache-2.0" and '"apache-2.0"' in cache.read_text()  # parsed, rewritten
+    store.remove("tiny")
+    assert not cache.exists()
+
+
+def test_lock_files_do_not_pile_up_and_a_waiter_locks_the_current_file(store, tmp_path):
+    import threading
+
+    from localrun.store import locks
+
+    for seed in range(3):
+        store.pull(str(write_tiny_gguf(tmp_path / f"m{seed}.gguf", seed=seed)))
+    store.copy("m0", "other")
+    store.remove("m1")
+    assert list(store.layout.partial.iterdir()) == []  # no `*.lock` left from any of that
+
+    path, order, waited = store.layout.partial / "k.lock", [], threading.Event()
+    with locks.hold(path):
+        waiter = threading.Thread(target=lambda: _hold(locks, path, order, waited))
+        waiter.start()
+        assert waited.wait(10)  # it found the lock taken
+        order.append("first")
+    waiter.join(10)
+    assert order == ["first", "second"] and not path.exists()
+
+
+def _hold(locks, path, order, waited) -> None:
+    with locks.hold(path, on_wait=waited.set):
+        order.append("second")
+
+
 def test_missing_local_file(store, tmp_path):
     with pytest.raises(ModelNotFound, match="no such file"):
         store.pull(str(tmp_path / "nope.gguf"))
@@ -129,14 +187,63 @@ def test_a_name_pulled_again_from_another_file_frees_the_old_blob(store, tmp_pat
 
 def test_unknown_names_get_suggestions(store, tiny):
     store.pull(str(tiny))
-    with pytest.raises(ModelNotFound, match=r"run `localrun pull tyni`.*tiny"):
-        store.resolve("tyni")
+    with pytest.raises(ModelNotFound, match=r"^model 'tyni' is not pulled; did you mean tiny\?$"):
+        store.resolve("tyni")  # a typo: the close names, never `localrun pull tyni`
+    with pytest.raises(ModelNotFound, match=r"^model 'smolm2' is not pulled; did you mean smollm2"):
+        store.show("smolm2")
+    with pytest.raises(ModelNotFound, match=r"^model 'smollm2:360m' is not pulled: run `localrun pull smollm2:360m`"):
+        store.resolve("smollm2:360m")  # in the catalogue: pulling it is the answer
     with pytest.raises(ModelNotFound, match="not in the catalogue; did you mean.*smollm2"):
         store.pull("smollm3")
-    with pytest.raises(ModelNotFound):
-        store.remove("nothing")
+    with pytest.raises(ModelNotFound, match=r"^model 'qqqq' is not pulled \(`localrun list`"):
+        store.remove("qqqq")
+    with pytest.raises(ModelNotFound, match=r"^model 'tiy' is not pulled; did you mean tiny\?$"):
+        store.remove("tiy")  # rm suggests only names that are here
     with pytest.raises(InvalidName):
         store.copy("tiny", "../escape")
+
+
+def test_cp_never_replaces_another_model_unless_forced(store, tmp_path):
+    a = store.pull(str(write_tiny_gguf(tmp_path / "a.gguf", seed=1)))
+    b = store.pull(str(write_tiny_gguf(tmp_path / "b.gguf", seed=2)))
+    store.copy("b", "good")
+    with pytest.raises(UsageError, match=r"^b:latest already names another model \(.*give --force to replace it$"):
+        store.copy("a", "b")
+    assert store.resolve("b").digest == b.digest
+    store.copy("a", "a:latest")  # the same file again: nothing to refuse
+    store.copy("a", "b", force=True)
+    assert store.resolve("b").digest == a.digest and b.path.exists()  # good:latest still uses it
+    assert store.remove("good") == []  # the last name of b's file: nothing else keeps it
+    assert not b.path.exists() and a.path.exists()
+    assert store.remove("a") == ["b:latest"]  # b now names a's file, which stays
+    assert a.path.exists()
+    assert_blobs_verified(store)
+
+
+def test_collection_keeps_the_blob_of_a_manifest_it_cannot_parse(store, tmp_path):
+    a = store.pull(str(write_tiny_gguf(tmp_path / "a.gguf", seed=1)))
+    store.pull(str(write_tiny_gguf(tmp_path / "b.gguf", seed=2)))
+    manifest = store.layout.manifests / "a" / "latest"
+    manifest.write_text(manifest.read_text().replace('"schema"', '"sch'))  # no longer JSON, digest still in it
+    store.remove("b")
+    assert a.path.exists()
+
+
+def test_a_linked_model_is_present_for_every_command_by_name(store, tiny):
+    linked = store.pull(str(tiny), link=True)
+    for name in ("tiny", "tiny:latest"):
+        assert store.pull(name).path == tiny == linked.path  # what run, batch, score and /load call
+    os.utime(tiny, ns=(1, 1))
+    with pytest.raises(StoreError, match="changed since it was pulled"):
+        store.pull("tiny")
+
+
+def test_pull_of_a_directory_says_so(store, tmp_path):
+    (tmp_path / "models.gguf").mkdir()
+    with pytest.raises(UsageError, match=r"models.gguf is a directory; pull takes one .gguf file"):
+        store.pull(str(tmp_path / "models.gguf"))
+    with pytest.raises(UsageError, match="is a directory"):
+        store.pull(str(tmp_path) + "/")
 
 
 def test_list_ignores_temp_files_and_a_missing_blob_is_reported(store, tiny):

@@ -14,6 +14,7 @@ import time
 import pytest
 
 from localrun.cli import main
+from tests.cli import run_cli
 from tests.fileserver import FileServer
 from tests.tiny_gguf import write_tiny_gguf
 
@@ -82,10 +83,32 @@ def test_list_show_cp_rm(capsys, monkeypatch, tiny):
     assert run(capsys, monkeypatch, "list")[1].split() == header.split()  # only the header is left
 
 
+def test_show_template_says_which_template_a_model_without_one_gets(capsys, monkeypatch, tmp_path):
+    run(capsys, monkeypatch, "pull", str(write_tiny_gguf(tmp_path / "bare.gguf", template="")), "--quiet")
+    code, out, err = run(capsys, monkeypatch, "show", "bare", "--template")
+    assert (code, out) == (0, "")
+    assert err == ("this model has no chat template in its GGUF metadata; its chats are rendered with llama.cpp's "
+                   "built-in template for its architecture (llama), or ChatML when llama.cpp has none\n")
+
+
+def test_cp_onto_another_model_needs_force(capsys, monkeypatch, tmp_path):
+    for seed in (1, 2):
+        run(capsys, monkeypatch, "pull", str(write_tiny_gguf(tmp_path / f"m{seed}.gguf", seed=seed)), "--quiet")
+    code, out, err = run(capsys, monkeypatch, "cp", "m1", "m2")
+    assert (code, out) == (2, "") and err.startswith("error: m2:latest already names another model (")
+    assert err.count("\n") == 1 and "--force" in err
+    assert run(capsys, monkeypatch, "cp", "m1", "m2", "--force")[:2] == (0, "copied m1 to m2:latest\n")
+    code, out, err = run(capsys, monkeypatch, "quantize", "m1", "m2", "--type", "Q8_0")  # refused before any work
+    assert (code, out) == (2, "") and err.startswith("error: m2:latest already names another model (")
+
+
 @pytest.mark.parametrize("args,code,pattern", [
     (["pull", "smollm3"], 1, "error: model 'smollm3' is not in the catalogue; did you mean smollm"),
-    (["show", "tiny"], 1, "error: model 'tiny' is not pulled: run `localrun pull tiny`"),
-    (["rm", "nothing"], 1, "error: model 'nothing' is not pulled"),
+    (["show", "tiny"], 1, "error: model 'tiny' is not pulled, and the catalogue has no such model"),
+    (["show", "smolm2"], 1, "error: model 'smolm2' is not pulled; did you mean smollm2"),
+    (["rm", "nothing"], 1, "error: model 'nothing' is not pulled ("),
+    (["pull", "ftp://foo/x.gguf"], 2, "error: unsupported URL scheme 'ftp' in 'ftp://foo/x.gguf'"),
+    (["pull", "/usr/"], 2, "error: /usr is a directory; pull takes one .gguf file"),
     (["pull", "bad:name:here"], 2, "error: invalid model name"),
     (["pull", "smollm2", "--link"], 2, "error: --link works only with a local file"),
     (["cp", "nothing", "x"], 1, "error: model 'nothing' is not pulled"),
@@ -156,3 +179,30 @@ def test_shell_completion_offers_catalogue_and_local_names(tiny, localrun_home):
 
     assert "qwen2.5:0.5b" in complete("pull", "qwen2.5:0") and "smollm2" in complete("pull", "smol")
     assert complete("show", "ti") == ["tiny:latest"] and complete("rm", "x") == []
+
+
+def test_rm_of_one_name_keeps_the_runner_another_name_uses(daemon):
+    """cp gives the loaded model a second name; removing that name through the daemon must not unload it."""
+    import httpx
+
+    env = daemon.env()
+    assert run_cli("cp", "smollm2", "alias-of-smollm2", env=env).returncode == 0
+    body = {"model": "smollm2", "prompt": "", "keep_alive": -1}
+    httpx.post(f"{daemon.url}/api/generate", json=body, timeout=120).raise_for_status()  # loaded
+    removed = run_cli("rm", "alias-of-smollm2", env=env)
+    assert (removed.returncode, removed.stdout) == (0, "deleted alias-of-smollm2\n")
+    assert [m["name"] for m in httpx.get(f"{daemon.url}/api/ps").json()["models"]] == ["smollm2:135m"]
+    assert run_cli("show", "smollm2", env=env).returncode == 0  # and its file is still there
+
+
+def test_a_linked_model_answers_through_run(daemon, smollm2_path):
+    env = daemon.env()
+    linked = run_cli("pull", "--link", str(smollm2_path), env=env)
+    assert linked.returncode == 0, linked.stderr
+    name = linked.stdout.split("pulled ", 1)[1].split(" ", 1)[0]
+    try:
+        for ref in (name, name.removesuffix(":latest")):
+            done = run_cli("run", ref, "Hi", "--max-tokens", "3", env=env, timeout=240)
+            assert done.returncode == 0 and done.stdout.strip(), done.stderr
+    finally:
+        run_cli("rm", name, env=env)

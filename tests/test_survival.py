@@ -57,10 +57,6 @@ def metric(url: str, name: str) -> float | None:
     return None
 
 
-def has_route(url: str, path: str) -> bool:
-    return path in httpx.get(f"{url}/openapi.json", timeout=10).json()["paths"]
-
-
 @pytest.fixture(scope="module")
 def narrow(tmp_path_factory):
     """One slot and a queue of one: capacity 2 requests."""
@@ -87,8 +83,6 @@ def test_overload_gets_503_at_once_and_admitted_requests_complete(narrow):
         refused = []
         for path, body in [("/v1/chat/completions", chat_body()), ("/api/chat", {**chat_body(), "options": {}}),
                            ("/v1/messages", {**chat_body(), "max_tokens": 32})]:
-            if not has_route(narrow.url, path):
-                continue
             started = time.monotonic()
             response = httpx.post(f"{narrow.url}{path}", json=body, timeout=30)
             refused.append((path, response, time.monotonic() - started))
@@ -96,7 +90,7 @@ def test_overload_gets_503_at_once_and_admitted_requests_complete(narrow):
             status, events = future.result(timeout=120)
             assert status == 200 and events[-1] == "[DONE]"
             assert json.loads(events[-2])["choices"][0]["finish_reason"] == "length"
-    assert refused
+    assert [path for path, _, _ in refused] == ["/v1/chat/completions", "/api/chat", "/v1/messages"]
     for path, response, seconds in refused:
         assert response.status_code == 503, (path, response.text)
         assert int(response.headers["retry-after"]) >= 1
@@ -164,8 +158,6 @@ def test_runner_sigkill_mid_stream_is_reported_and_a_fresh_runner_serves(narrow)
 
 
 def test_runner_sigkill_ends_an_ollama_stream_with_an_error_line(narrow):
-    if not has_route(narrow.url, "/api/chat"):
-        pytest.skip("no Ollama chat route yet")
     httpx.post(f"{narrow.url}/v1/chat/completions", json=chat_body(1, stream=False), timeout=120).raise_for_status()
     body = {"model": "smollm2", "messages": PROMPT, "stream": True, "options": {"num_predict": 4000, "temperature": 0}}
     with httpx.stream("POST", f"{narrow.url}/api/chat", json=body, timeout=60) as response:
@@ -209,7 +201,7 @@ def _pid_files(d: Daemon) -> list[Path]:
 
 
 def test_sigterm_mid_stream_ends_the_stream_and_a_restart_serves(tmp_path):
-    d = start_daemon(tmp_path / "home")
+    d = start_daemon(tmp_path / "home", {"LOCALRUN_SHUTDOWN_TIMEOUT": "1s"})  # the drain, then the error
     try:
         assert _pid_files(d), "serve writes a pid file"
         with httpx.stream("POST", f"{d.url}/v1/chat/completions", json=chat_body(100_000), timeout=60) as response:

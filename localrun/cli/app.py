@@ -14,15 +14,18 @@ import sys
 import typer
 
 from localrun import __version__
+from localrun.cli.help import use_plain_names
 from localrun.errors import LocalrunError
 
+use_plain_names()
 app = typer.Typer(
     name="localrun",
     help="Run open LLMs locally: pull GGUF models, serve OpenAI/Ollama/Anthropic-compatible APIs, chat.",
     no_args_is_help=True,
     add_completion=True,
     pretty_exceptions_enable=False,
-    rich_markup_mode="rich",
+    rich_markup_mode=None,  # plain help: greppable, the same on a pipe, no boxes
+    context_settings={"help_option_names": ["-h", "--help"]},
 )
 
 
@@ -42,7 +45,10 @@ def _root(
 
 
 def debugging() -> bool:
-    return os.environ.get("LOCALRUN_DEBUG", "") not in ("", "0", "false")
+    """`--debug` or LOCALRUN_DEBUG, read through the setting's one rule (a flag never fails to parse)."""
+    from localrun.config import read
+
+    return read("LOCALRUN_DEBUG")
 
 
 def fail(message: str, code: int = 1) -> typer.Exit:
@@ -51,12 +57,20 @@ def fail(message: str, code: int = 1) -> typer.Exit:
     return typer.Exit(code)
 
 
+def usage_error(e: Exception) -> str:
+    """click's usage error as the one line localrun prints: its message and where the help is."""
+    message = e.format_message().strip().rstrip(".")  # type: ignore[attr-defined]
+    message = message[:1].lower() + message[1:]
+    ctx = getattr(e, "ctx", None)
+    return f"{message} (see `{ctx.command_path} --help`)" if ctx is not None else message
+
+
 def main() -> None:
     """Console-script entry: run the app; turn localrun errors into one stderr line and an exit code."""
     from localrun.cli import commands  # noqa: F401  (registers every command)
 
     try:
-        code = app(standalone_mode=False)
+        code = app(prog_name="localrun", standalone_mode=False)
     except LocalrunError as e:
         if debugging():
             raise
@@ -74,7 +88,10 @@ def main() -> None:
 
         # Typer >= 0.22 raises its vendored click's exceptions, which are TyperExceptions, not click's.
         if isinstance(e, click.ClickException) or (isinstance(e, typer.TyperException) and hasattr(e, "show")):
-            e.show()
+            if type(e).__name__ == "NoArgsIsHelpError":  # `localrun` or `localrun launch` alone: the help
+                typer.echo(e.ctx.get_help())  # type: ignore[attr-defined]
+                sys.exit(0)
+            sys.stderr.write(f"error: {usage_error(e)}\n")
             sys.exit(e.exit_code)
         if debugging():
             raise

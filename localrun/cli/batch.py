@@ -5,11 +5,15 @@ Input is JSONL, one request a line: a JSON string (or plain text) is a prompt; a
 "prompt" or "messages", and may have "id" and "options" (the names of `/set parameter`). Output is
 JSONL in input order, one line per input line, keyed by its 1-based "line" number; a failed request
 is an output line with "error", never a gap. Lines are written whole and flushed, so a rerun with
-the same output file skips every line already there and continues where the last run stopped.
+the same output file keeps every line answered there, asks the failed ones again, and continues where
+the last run stopped. Which input an output belongs to is recorded beside it (`OUTPUT.batch`: the
+input's sha256 and the model), so a rerun with another input or model is refused instead of mixing
+two batches in one file.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import sys
 import time
@@ -20,8 +24,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
+from localrun.cli.generation import cut_json
 from localrun.client import Client, Completion, GenerateOptions
 from localrun.errors import LocalrunError, Overloaded, UsageError
+from localrun.store.layout import atomic_write
 
 OVERLOAD_ATTEMPTS = 30
 
@@ -35,8 +41,12 @@ class Job:
     error: str | None = None  # the line could not be parsed: reported, not sent
 
 
-def parse_line(number: int, text: str, base: GenerateOptions, system: str | None) -> Job:
+def parse_line(number: int, raw: str | bytes, base: GenerateOptions, system: str | None) -> Job:
     """One input line as a Job; a malformed line becomes a Job carrying its error."""
+    try:
+        text = raw.decode("utf-8") if isinstance(raw, bytes) else raw
+    except UnicodeDecodeError as e:
+        return Job(number, error=f"not UTF-8 text (byte 0x{raw[e.start]:02x} at column {e.start + 1})")
     stripped = text.strip()
     try:
         data: Any = json.loads(stripped) if stripped[:1] in ('{', '"', '[') else stripped
@@ -61,33 +71,73 @@ def _messages(data: dict[str, Any], system: str | None) -> list[dict[str, Any]]:
         return data["messages"] if any(m.get("role") == "system" for m in data["messages"]) else \
             prefix + data["messages"]
     if isinstance(data.get("prompt"), str):
+        if not data["prompt"].strip():
+            raise ValueError("empty prompt")
         return prefix + [{"role": "user", "content": data["prompt"]}]
     raise ValueError("expected \"prompt\" (a string) or \"messages\" (a list)")
 
 
-def read_jobs(path: Path, base: GenerateOptions, system: str | None) -> list[Job]:
+def read_jobs(path: Path, base: GenerateOptions, system: str | None) -> tuple[list[Job], str]:
+    """The jobs of every non-blank line, and the sha256 of the input (what a resumed output must match).
+    A line that is not UTF-8 is a job carrying that error, not the end of the batch."""
     try:
-        lines = path.read_text(encoding="utf-8").splitlines()
+        data = path.read_bytes()
     except OSError as e:
         raise UsageError(f"cannot read {path}: {e.strerror or e}") from None
-    return [parse_line(n, text, base, system) for n, text in enumerate(lines, 1) if text.strip()]
+    jobs = [parse_line(n, raw, base, system) for n, raw in enumerate(data.splitlines(), 1) if raw.strip()]
+    return jobs, hashlib.sha256(data).hexdigest()
 
 
 def finished_lines(out: Path) -> set[int]:
-    """Line numbers already answered in `out`; a torn last line (a kill mid-write) is cut off."""
+    """Line numbers answered in `out`. A torn last line (a kill mid-write) and the lines that failed are
+    removed from the file, so that a rerun asks them again and writes them once."""
     if not out.exists():
         return set()
     data = out.read_bytes()
-    if data and not data.endswith(b"\n"):
-        data = data[: data.rfind(b"\n") + 1]
-        out.write_bytes(data)
-    done = set()
-    for raw in data.decode("utf-8", errors="replace").splitlines():
+    kept, done = [], set()
+    for raw in data[: data.rfind(b"\n") + 1].splitlines(keepends=True):
         try:
-            done.add(int(json.loads(raw)["line"]))
+            record = json.loads(raw)
+            number = int(record["line"])
         except (ValueError, KeyError, TypeError):
             continue
+        if "error" not in record:
+            kept.append(raw)
+            done.add(number)
+    if len(kept) != data.count(b"\n") or not data.endswith(b"\n"):
+        atomic_write(out, b"".join(kept))
     return done
+
+
+def check_resumable(out: Path, stamp: dict[str, str]) -> None:
+    """Refuse to add to `out` unless it is empty or was written for the same input and model (its `.batch`
+    file says so); record the stamp for a new output."""
+    sidecar = stamp_file(out)
+    if not out.exists() or out.stat().st_size == 0:
+        atomic_write(sidecar, json.dumps(stamp).encode())
+        return
+    try:
+        recorded = json.loads(sidecar.read_bytes())
+    except (OSError, ValueError):
+        raise UsageError(f"{out} already exists and was not written by `localrun batch` (no {sidecar.name}); "
+                         f"give another --output, or delete it to start over") from None
+    for key, what in (("sha256", "another input"), ("model", "another model")):
+        if recorded.get(key) != stamp[key]:
+            theirs = recorded.get("input") if key == "sha256" else recorded.get("model")
+            raise UsageError(f"{out} holds answers for {what} ({theirs}); give another --output, "
+                             f"or delete it to start over")
+
+
+def stamp_file(out: Path) -> Path:
+    return out.with_name(out.name + ".batch")
+
+
+def sort_output(out: Path) -> None:
+    """Put the records back in input order after retried lines were appended at the end."""
+    lines = out.read_bytes().splitlines(keepends=True)
+    ordered = sorted(lines, key=lambda raw: json.loads(raw)["line"])
+    if ordered != lines:
+        atomic_write(out, b"".join(ordered))
 
 
 def answer(client: Client, model: str, job: Job) -> dict[str, Any]:
@@ -100,9 +150,11 @@ def answer(client: Client, model: str, job: Job) -> dict[str, Any]:
     except LocalrunError as e:
         return record | {"error": e.message}
     usage = completion.usage
-    return record | {"response": completion.text, "finish_reason": completion.finish_reason,
-                     "usage": {"prompt_tokens": usage.prompt_tokens, "completion_tokens": usage.completion_tokens}
-                     if usage else None}
+    record |= {"response": completion.text, "finish_reason": completion.finish_reason,
+               "usage": {"prompt_tokens": usage.prompt_tokens, "completion_tokens": usage.completion_tokens}
+               if usage else None}
+    cut = cut_json(completion, job.options)
+    return record | {"error": cut} if cut else record
 
 
 def _chat(client: Client, model: str, job: Job, attempts: int = OVERLOAD_ATTEMPTS) -> Completion:
@@ -169,18 +221,24 @@ def batch(client: Client, model: str, input_path: Path, output: Path | None, bas
     """Read, skip what `output` already has, answer the rest; a summary line on stderr."""
     if concurrency < 1:
         raise UsageError("--concurrency must be at least 1")
-    jobs = read_jobs(input_path, base, system)
-    done = finished_lines(output) if output else set()
+    jobs, sha256 = read_jobs(input_path, base, system)
+    done: set[int] = set()
+    if output:
+        check_resumable(output, {"input": str(input_path), "sha256": sha256, "model": model})
+        done = finished_lines(output)
     pending = [job for job in jobs if job.line not in done]
     if done:
-        sys.stderr.write(f"resuming: {len(jobs) - len(pending)} of {len(jobs)} lines already in {output}\n")
+        sys.stderr.write(f"resuming: {len(jobs) - len(pending)} of {len(jobs)} lines already answered in {output}\n")
     started = time.monotonic()
     with (open(output, "a", encoding="utf-8") if output else nullcontext(sys.stdout)) as out:
         tally = run_batch(client, model, pending, out, concurrency)
+    if output and done and pending:
+        sort_output(output)
     elapsed = time.monotonic() - started
     sys.stderr.write(f"{tally.done} answered ({tally.failed} failed), {tally.tokens} tokens in {elapsed:.1f}s "
                      f"({tally.tokens / max(elapsed, 1e-9):.1f} tok/s)\n")
     return tally
 
 
-__all__ = ["Job", "Tally", "parse_line", "read_jobs", "finished_lines", "answer", "run_batch", "batch"]
+__all__ = ["Job", "Tally", "parse_line", "read_jobs", "finished_lines", "check_resumable", "answer", "run_batch",
+           "batch"]

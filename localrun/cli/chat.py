@@ -3,22 +3,31 @@
 A `ChatSession` holds the conversation and its settings; `repl()` reads messages (multi-line between
 triple quotes, history in `data_dir()/chat_history`) and hands each to `ask()` or, for a slash
 command, to `command()`. Ctrl-C while an answer streams closes the stream (the daemon cancels the
-generation) and keeps the session; Ctrl-C at the prompt clears the line; Ctrl-D or /bye leaves.
+generation) and keeps the session, the question and the answer so far; Ctrl-C at the prompt clears the
+line; Ctrl-D or /bye leaves. A slash command that fails says why in one line and the chat goes on.
 """
 
 from __future__ import annotations
 
+import contextlib
+import shutil
+import signal
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from localrun.cli.generation import ensure_model, ensure_on_server, print_stats, until_first_text
+from localrun.cli.format import WordWrap
+from localrun.cli.generation import (cut_json, ensure_model, ensure_on_server, print_stats, print_stream,
+                                     until_first_text)
 from localrun.client import Client, GenerateOptions
-from localrun.errors import LocalrunError
+from localrun.client.types import ALIASES
+from localrun.errors import LocalrunError, UsageError
+
+FRAME_S = 0.125  # Markdown is re-rendered at most this often while an answer streams
 
 HELP = """Available commands:
   /set parameter NAME VALUE  Set a sampling parameter (temperature, top_p, top_k, min_p, seed,
@@ -50,18 +59,29 @@ class ChatSession:
     # -- one turn -------------------------------------------------------------------------------
 
     def ask(self, text: str) -> None:
-        """Send one user message and stream the answer; the turn is kept only when it completes."""
+        """Send one user message and stream the answer. A stopped answer is kept as far as it came (with
+        its question), as Ollama keeps it; one that failed keeps nothing."""
         turn = {"role": "user", "content": text}
         system = [{"role": "system", "content": self.system}] if self.system else []
         started = time.monotonic()
         stream = self.client.chat(self.model, system + self.messages + [turn], self.options, stream=True)
+        parts: list[str] = []
         try:
-            answer = (_render_markdown if self.markdown else _render_plain)(stream)
+            with _no_echo():
+                if self.markdown:
+                    _render_markdown(stream, parts)
+                else:
+                    _render_plain(stream, parts)
         except KeyboardInterrupt:
             stream.close()  # drops the connection: the daemon cancels the generation
-            say("\n(answer stopped)")
+            partial = "".join(parts)
+            say(("" if self.markdown or not partial or partial.endswith("\n") else "\n") + "(answer stopped)")
+            if partial:
+                self.messages += [turn, {"role": "assistant", "content": partial}]
             return
-        self.messages += [turn, {"role": "assistant", "content": answer}]
+        self.messages += [turn, {"role": "assistant", "content": "".join(parts)}]
+        if cut := cut_json(stream.completion, self.options):
+            say(f"warning: {cut}")
         if self.verbose:
             print_stats(stream.completion, time.monotonic() - started)
 
@@ -88,7 +108,10 @@ class ChatSession:
         rest = args[1] if len(args) > 1 else ""
         if what == "parameter" and len(rest.split(None, 1)) == 2:
             name, value = rest.split(None, 1)
-            self.options = self.options.merged({name: value})
+            options = self.options.merged({name: value})
+            if ALIASES.get(name, name) == "num_ctx" and options.num_ctx is not None:
+                self._check_context(options.num_ctx)
+            self.options = options
             say(f"Set parameter '{name}' to '{value}'")
         elif what == "system" and rest:
             self.system = rest.strip().strip('"')
@@ -101,6 +124,18 @@ class ChatSession:
             say(f"Set '{what}' mode.")
         else:
             say("Usage: /set parameter NAME VALUE | /set system TEXT | /set format json | /set verbose")
+
+    def _check_context(self, num_ctx: int) -> None:
+        """Refuse a context longer than the model was trained for now, not on every message after it.
+        A server that does not tell (no /api/show) is left to answer for itself."""
+        try:
+            shown = self.client.show(self.model)
+        except LocalrunError:
+            return
+        info = shown.get("model_info") or {}
+        limit = info.get(f"{info.get('general.architecture', '')}.context_length")
+        if isinstance(limit, int) and num_ctx > limit:
+            raise UsageError(f"num_ctx: {self.model} supports at most {limit} tokens of context, not {num_ctx}")
 
     def _show(self, args: list[str]) -> None:
         what = args[0].lower() if args else ""
@@ -134,7 +169,10 @@ class ChatSession:
             say("Usage: /save FILE")
             return
         path = Path(" ".join(args)).expanduser()
-        path.write_text(transcript(self.model, self.system, self.messages), encoding="utf-8")
+        try:
+            path.write_text(transcript(self.model, self.system, self.messages), encoding="utf-8")
+        except OSError as e:
+            raise LocalrunError(f"cannot save to {path}: {e.strerror or e}") from None
         say(f"Saved the transcript to {path}")
 
     def _help(self, args: list[str]) -> None:
@@ -170,30 +208,102 @@ def say(text: str) -> None:
     sys.stdout.flush()
 
 
-def _render_plain(stream) -> str:
-    for delta in until_first_text(stream):
-        sys.stdout.write(delta)
-        sys.stdout.flush()
-    text = stream.completion.text
-    sys.stdout.write("\n" if text.endswith("\n") else "\n\n")  # a blank line after each answer
+def _render_plain(stream, parts: list[str]) -> None:
+    """The answer as it streams into `parts`; on a terminal, lines break at word boundaries."""
+    wrap = WordWrap(shutil.get_terminal_size().columns) if sys.stdout.isatty() else None
+
+    def shown() -> Iterator[str]:
+        for delta in until_first_text(stream):
+            parts.append(delta)
+            yield wrap.feed(delta) if wrap else delta
+        if wrap:
+            yield wrap.finish()
+
+    print_stream(shown())
+    sys.stdout.write("\n" if "".join(parts).endswith("\n") else "\n\n")  # a blank line after each answer
     sys.stdout.flush()
-    return text
 
 
-def _render_markdown(stream) -> str:
-    """Re-render the answer so far as Markdown while it streams (rich Live, a few frames a second)."""
+def _render_markdown(stream, parts: list[str]) -> None:
+    """Re-render the answer so far as Markdown while it streams into `parts` (rich Live, a few frames a
+    second). Frames are drawn here, not by Live's refresh thread, and a Ctrl-C waits for the frame being
+    drawn: a frame cut in half was drawn again below itself."""
     from rich.console import Console
     from rich.live import Live
     from rich.markdown import Markdown
 
     deltas = until_first_text(stream)
-    text = next(deltas, "")  # the spinner and the live answer must not share the screen
-    with Live(Markdown(text), console=Console(), refresh_per_second=8, vertical_overflow="visible") as live:
-        for delta in deltas:
-            text += delta
-            live.update(Markdown(text))
+    parts.append(next(deltas, ""))  # the spinner and the live answer must not share the screen
+    live = Live(Markdown("".join(parts)), console=Console(), auto_refresh=False, vertical_overflow="visible")
+    with _whole_frames() as frame:
+        with frame():
+            live.start(refresh=True)
+        try:
+            drawn = time.monotonic()
+            for delta in deltas:
+                parts.append(delta)
+                if time.monotonic() - drawn >= FRAME_S:
+                    with frame():
+                        live.update(Markdown("".join(parts)), refresh=True)
+                    drawn = time.monotonic()
+        finally:
+            with frame():
+                live.update(Markdown("".join(parts)))
+                live.stop()  # draws the last frame once, whole
     sys.stdout.write("\n")
-    return text
+
+
+@contextlib.contextmanager
+def _no_echo() -> Iterator[None]:
+    """The terminal does not echo what is typed while an answer is drawn. Its "^C" landed at the cursor,
+    which after a full-width line of the live Markdown sits at the right edge: the echo wrapped to a
+    new line, and the last frame was drawn again on it. Typed text is kept for the next prompt."""
+    try:
+        import termios
+    except ImportError:  # Windows: no termios, nothing to do
+        yield
+        return
+    fd = sys.stdin.fileno() if sys.stdin.isatty() else -1
+    if fd < 0:
+        yield
+        return
+    saved = termios.tcgetattr(fd)
+    quiet = list(saved)
+    quiet[3] &= ~(termios.ECHO | termios.ECHOCTL)  # lflags
+    termios.tcsetattr(fd, termios.TCSANOW, quiet)
+    try:
+        yield
+    finally:
+        termios.tcsetattr(fd, termios.TCSANOW, saved)
+
+
+@contextlib.contextmanager
+def _whole_frames() -> Iterator[Callable[[], contextlib.AbstractContextManager[None]]]:
+    """Ctrl-C (SIGINT) raises KeyboardInterrupt at once, except inside `frame()`: there it is held until
+    the frame is drawn."""
+    state = {"drawing": False, "pending": False}
+
+    def on_sigint(signum: int, frame: Any) -> None:
+        if not state["drawing"]:
+            raise KeyboardInterrupt
+        state["pending"] = True
+
+    @contextlib.contextmanager
+    def drawing() -> Iterator[None]:
+        state["drawing"] = True
+        try:
+            yield
+        finally:
+            state["drawing"] = False
+        if state["pending"]:
+            state["pending"] = False
+            raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGINT, on_sigint)
+    try:
+        yield drawing
+    finally:
+        signal.signal(signal.SIGINT, previous)
 
 
 # -- reading input --------------------------------------------------------------------------------
@@ -227,27 +337,30 @@ def line_reader() -> Callable[[str], str]:
 
 
 def repl(session: ChatSession) -> None:
-    """Read, answer, repeat until /bye or Ctrl-D."""
+    """Read, answer, repeat until /bye or Ctrl-D. Ctrl-C anywhere but in an answer (at the prompt, in a
+    slash command such as a /load that pulls, between the two) comes back to the prompt."""
     read_line = line_reader()
     while True:
         try:
-            text = read_message(read_line).strip()
+            if not _turn(session, read_line):
+                return
         except KeyboardInterrupt:
             say("Use Ctrl-D or /bye to exit.")
-            continue
         except EOFError:
             say("")
             return
-        if not text:
-            continue
-        try:
-            if text.startswith("/"):
-                if not session.command(text):
-                    return
-            else:
-                session.ask(text)
         except LocalrunError as e:
             say(f"error: {e.message}")
+
+
+def _turn(session: ChatSession, read_line: Callable[[str], str]) -> bool:
+    """One message or slash command; False when the session should end."""
+    text = read_message(read_line).strip()
+    if text.startswith("/"):
+        return session.command(text)
+    if text:
+        session.ask(text)
+    return True
 
 
 __all__ = ["ChatSession", "repl", "read_message", "info_lines", "transcript", "HELP"]

@@ -24,7 +24,7 @@ from localrun.errors import DaemonUnavailable
 from localrun.paths import log_dir, runtime_dir
 
 START_TIMEOUT = 60.0
-STOP_TIMEOUT = 20.0
+STOP_MARGIN = 15.0  # beyond the daemon's own drain (LOCALRUN_SHUTDOWN_TIMEOUT): closing connections, runners
 
 
 class State(Enum):
@@ -154,7 +154,9 @@ def _exit_reason(address: Address, log: Path) -> str:
 
 
 def stop(address: Address) -> int | None:
-    """SIGTERM the daemon of this port and wait for it (SIGKILL after STOP_TIMEOUT); its pid, or None."""
+    """SIGTERM the daemon of this port and wait for it: it lets requests in flight finish for up to
+    LOCALRUN_SHUTDOWN_TIMEOUT, then ends them; SIGKILL only if it is still there STOP_MARGIN later.
+    Its pid, or None when none ran."""
     pid = read_pid(address.port)
     if pid is None:
         if probe(address) is State.UP:
@@ -162,11 +164,22 @@ def stop(address: Address) -> int | None:
                                     f"(no pid file); stop it where it runs")
         return None
     os.kill(pid, signal.SIGTERM)
-    if not _wait_gone(pid, STOP_TIMEOUT):
+    if not _wait_gone(pid, _drain_s() + STOP_MARGIN):
         os.kill(pid, signal.SIGKILL)
         _wait_gone(pid, 5.0)
     pid_file(address.port).unlink(missing_ok=True)
     return pid
+
+
+def _drain_s() -> float:
+    """The daemon's drain time as this environment sets it (the daemon was started from it)."""
+    from localrun.config import read
+    from localrun.errors import UsageError
+
+    try:
+        return read("LOCALRUN_SHUTDOWN_TIMEOUT")
+    except UsageError:
+        return 0.0  # `serve` refuses such a value: no daemon started with it
 
 
 def _wait_gone(pid: int, timeout: float) -> bool:

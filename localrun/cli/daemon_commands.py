@@ -6,6 +6,7 @@
 from __future__ import annotations
 
 import sys
+from dataclasses import asdict
 from typing import TYPE_CHECKING, Optional
 
 import typer
@@ -20,15 +21,15 @@ if TYPE_CHECKING:
 def target(host: Optional[str]) -> Address:
     """The daemon address from `--host` or LOCALRUN_HOST."""
     from localrun.client.address import parse_address
-    from localrun.config import raw
+    from localrun.config import read
 
-    return parse_address(host or raw("LOCALRUN_HOST"))
+    return parse_address(host or read("LOCALRUN_HOST"))
 
 
 HOST_HELP = "Daemon address (HOST[:PORT] or URL); default LOCALRUN_HOST."
 
 
-@app.command(epilog="Settings (environment):\n\n" + env_help().replace("\n", "\n\n"))
+@app.command(epilog="Settings (environment):\n\n\b\n" + env_help())  # \b: click keeps the lines as they are
 def serve(
     host: Optional[str] = typer.Option(None, "--host", help="Bind address, HOST[:PORT]; default LOCALRUN_HOST."),
     port: Optional[int] = typer.Option(None, "--port", help="Bind port (overrides a port in --host)."),
@@ -48,15 +49,15 @@ def serve(
     from dataclasses import replace
 
     from localrun.cli import daemon
-    from localrun.config import Config, check_kv_cache_type, parse_speculative
-    from localrun.errors import DaemonUnavailable, UsageError
+    from localrun.client.address import parse_address
+    from localrun.config import Settings
+    from localrun.errors import DaemonUnavailable
 
-    if gpu_layers not in (None, "auto") and not gpu_layers.lstrip("-").isdigit():
-        raise UsageError(f"--gpu-layers must be a number of layers or auto, got {gpu_layers!r}")
-    if kv_cache_type is not None:
-        check_kv_cache_type(kv_cache_type, Config.from_env().flash_attn)
-    drafts = parse_speculative(speculative) if speculative is not None else None
-    address = target(host)
+    config = Settings.from_env(flags={  # every setting checked here, before anything starts
+        "LOCALRUN_GPU_LAYERS": ("--gpu-layers", gpu_layers), "LOCALRUN_KV_CACHE_TYPE": ("--kv-cache-type", kv_cache_type),
+        "LOCALRUN_SPECULATIVE": ("--speculative", speculative), "LOCALRUN_UI": ("--no-ui", "off" if no_ui else None),
+    })
+    address = parse_address(host or config.host)
     address = replace(address, port=port) if port is not None else address
     bind = address.host or "127.0.0.1"
     running = daemon.read_pid(address.port)
@@ -69,11 +70,6 @@ def serve(
     signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(0))
     daemon.write_pid_file(address.port)
     try:
-        config = Config.from_env()
-        config = replace(config, gpu_layers=gpu_layers or config.gpu_layers,
-                         kv_cache_type=kv_cache_type or config.kv_cache_type,
-                         speculative=config.speculative if drafts is None else drafts,
-                         ui=config.ui and not no_ui)
         run_server(config, bind, address.port, insecure=insecure)
     finally:
         daemon.remove_pid_file(address.port)
@@ -99,41 +95,88 @@ def _check_port_free(bind: str, address: Address) -> None:
 
 
 @app.command()
-def stop(host: Optional[str] = typer.Option(None, "--host", help=HOST_HELP)) -> None:
-    """Stop the background daemon (SIGTERM: requests in flight finish first)."""
+def stop(
+    model: Optional[str] = typer.Argument(None, help="Unload only this model (the daemon keeps running)."),
+    host: Optional[str] = typer.Option(None, "--host", help=HOST_HELP),
+) -> None:
+    """Stop the background daemon: requests in flight get LOCALRUN_SHUTDOWN_TIMEOUT (10s) to finish, then
+    end with an error. With MODEL, unload that model instead (after its requests in flight, as `ollama stop`)."""
     from localrun.cli import daemon
 
     address = target(host)
+    if model is not None:
+        return _unload(address, model)
     pid = daemon.stop(address)
     print(f"stopped localrun (pid {pid})" if pid else f"localrun is not running at {address.base_url}")
 
 
+def _unload(address: Address, model: str) -> None:
+    from localrun.cli import daemon
+    from localrun.client import Client
+    from localrun.errors import LocalrunError
+
+    if daemon.probe(address) is not daemon.State.UP:
+        raise LocalrunError(f"localrun is not running at {address.base_url}, so no model is loaded")
+    with Client.from_host(address.base_url) as client:
+        loaded = {m.name for m in client.ps()}
+        if not loaded & _names_of(model):
+            raise LocalrunError(f"model {model!r} is not loaded" + (f" (loaded: {', '.join(sorted(loaded))})"
+                                                                     if loaded else ""))
+        client.unload(model)
+
+
+def _names_of(model: str) -> set[str]:
+    """The names `/api/ps` may list `model` under: as typed, with `:latest`, and its catalogue name."""
+    from localrun.errors import LocalrunError
+    from localrun.store.store import Store
+
+    names = {model, f"{model}:latest"}
+    try:
+        names.add(Store().resolve(model).name)
+    except LocalrunError:
+        pass
+    return names
+
+
 @app.command()
-def status(host: Optional[str] = typer.Option(None, "--host", help=HOST_HELP)) -> None:
+def status(
+    as_json: bool = typer.Option(False, "--json", help="Print the state as one JSON object."),
+    host: Optional[str] = typer.Option(None, "--host", help=HOST_HELP),
+) -> None:
     """Say whether the daemon runs (exit 0) or not (exit 1), with its pid, version and loaded models."""
     from localrun.cli import daemon
+    from localrun.cli.format import print_json
     from localrun.client import Client
 
     address = target(host)
     pid = daemon.read_pid(address.port)  # also cleans a stale pid file
     state = daemon.probe(address)
-    if state is daemon.State.FOREIGN:
+    report: dict = {"address": address.base_url, "state": state.value, "pid": pid, "version": None, "loaded": 0}
+    if state is daemon.State.UP:
+        with Client.from_host(address.base_url) as client:
+            report.update(version=client.version(), loaded=len(client.ps()))
+    if as_json:
+        print_json(report)
+    elif state is daemon.State.FOREIGN:
         print(daemon.busy_message(address))
-        raise typer.Exit(1)
-    if state is daemon.State.DOWN:
+    elif state is daemon.State.DOWN:
         print(f"localrun is not running at {address.base_url}")
+    else:
+        owner = f"pid {pid}" if pid else "not started from this home"
+        print(f"localrun {report['version']} is running at {address.base_url} ({owner}); "
+              f"{report['loaded']} model(s) loaded")
+    if state is not daemon.State.UP:
         raise typer.Exit(1)
-    with Client.from_host(address.base_url) as client:
-        version, loaded = client.version(), len(client.ps())
-    owner = f"pid {pid}" if pid else "not started from this home"
-    print(f"localrun {version} is running at {address.base_url} ({owner}); {loaded} model(s) loaded")
 
 
 @app.command()
-def ps(host: Optional[str] = typer.Option(None, "--host", help=HOST_HELP)) -> None:
+def ps(
+    as_json: bool = typer.Option(False, "--json", help="Print a JSON array, one object per loaded model."),
+    host: Optional[str] = typer.Option(None, "--host", help=HOST_HELP),
+) -> None:
     """List the loaded models: NAME, ID, SIZE, PROCESSOR, CONTEXT (with a quantized KV cache's type), UNTIL."""
     from localrun.cli import daemon
-    from localrun.cli.format import human_size, processor, table, until
+    from localrun.cli.format import human_size, print_json, processor, table, until
     from localrun.client import Client
 
     address = target(host)
@@ -141,6 +184,9 @@ def ps(host: Optional[str] = typer.Option(None, "--host", help=HOST_HELP)) -> No
     if daemon.probe(address) is daemon.State.UP:
         with Client.from_host(address.base_url) as client:
             models = client.ps()
+    if as_json:
+        print_json([asdict(m) for m in models])
+        return
     rows = [[m.name, _short_id(m.digest), human_size(m.size), processor(m.size, m.size_vram),
              _context(m), until(m.expires_at)] for m in models]
     print(table(["NAME", "ID", "SIZE", "PROCESSOR", "CONTEXT", "UNTIL"], rows))
@@ -166,15 +212,35 @@ def logs(
     from localrun.cli import daemon
     from localrun.errors import LocalrunError
 
+    if tail < 0:
+        from localrun.errors import UsageError
+
+        raise UsageError(f"--tail must be 0 (all) or more, got {tail}")
     path = daemon.log_file(target(host).port)
     if not path.exists():
-        raise LocalrunError(f"no daemon log yet ({path})")
+        if not follow:
+            raise LocalrunError(f"no daemon log yet ({path})")
+        sys.stderr.write(f"waiting for the daemon to write its log ({path})\n")
+        if not _wait_for(path):
+            return
     with open(path, encoding="utf-8", errors="replace") as f:
         lines = f.readlines()
         sys.stdout.writelines(lines[-tail:] if tail > 0 else lines)
         sys.stdout.flush()
         if follow:
             _follow(f)
+
+
+def _wait_for(path) -> bool:
+    """Wait until `path` exists (True), or Ctrl-C (False)."""
+    import time
+
+    try:
+        while not path.exists():
+            time.sleep(0.2)
+    except KeyboardInterrupt:
+        return False
+    return True
 
 
 def _follow(f) -> None:

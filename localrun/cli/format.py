@@ -1,8 +1,11 @@
-"""Human-readable sizes, durations and tables for CLI output. Pure functions."""
+"""Human-readable sizes, durations and tables for CLI output (pure functions), and the one JSON line printer."""
 
 from __future__ import annotations
 
+import json
+import sys
 from datetime import datetime, timezone
+from typing import Any
 
 
 def human_size(n: int) -> str:
@@ -58,4 +61,56 @@ def table(header: list[str], rows: list[list[str]]) -> str:
     return "\n".join(lines)
 
 
-__all__ = ["human_size", "until", "processor", "table"]
+class WordWrap:
+    """Streamed text broken into lines at word boundaries, as Ollama's plain output does: the terminal
+    would break words at its edge. A word is held until it ends (a space or newline), then written on
+    the line if it fits, else on the next; a word longer than a line is cut at the width."""
+
+    def __init__(self, width: int) -> None:
+        self.width = max(1, width)
+        self.column = 0
+        self.word = ""
+
+    def feed(self, text: str) -> str:
+        """The text to write now for `text` arriving."""
+        out: list[str] = []
+        for char in text:
+            if char == "\n":
+                out += [self._word(), "\n"]
+                self.column = 0
+            elif char in " \t":
+                out.append(self._word())
+                if self.column >= self.width:  # a space at the edge becomes the line break
+                    out.append("\n")
+                    self.column = 0
+                else:
+                    out.append(char)
+                    self.column += 1
+            else:
+                self.word += char
+        return "".join(out)
+
+    def finish(self) -> str:
+        """The last word, at the end of the text."""
+        return self._word()
+
+    def _word(self) -> str:
+        word, self.word = self.word, ""
+        out = ""
+        if word and self.column and self.column + len(word) > self.width:
+            out, self.column = "\n", 0
+        while len(word) > self.width - self.column:  # longer than a line: cut
+            cut = self.width - self.column
+            out += word[:cut] + "\n"
+            word, self.column = word[cut:], 0
+        self.column += len(word)
+        return out + word
+
+
+def print_json(data: Any) -> None:
+    """One JSON value on one stdout line (flushed: scripts read progress events as they come)."""
+    sys.stdout.write(json.dumps(data, ensure_ascii=False) + "\n")
+    sys.stdout.flush()
+
+
+__all__ = ["human_size", "until", "processor", "table", "print_json", "WordWrap"]

@@ -30,10 +30,10 @@ def run(
     if not sys.stdin.isatty():
         piped = sys.stdin.read()
         text = f"{piped.rstrip()}\n\n{text}" if piped.strip() and text else (piped.strip() or text)
-    if not interactive and not text:
+    if not interactive and not text.strip():
         from localrun.errors import UsageError
 
-        raise UsageError("no prompt: give one as arguments or on stdin")
+        raise UsageError("no prompt: give one as arguments or on stdin" if not text else "the prompt is blank")
     client, model = g.connect(model, host)
     with client:
         if interactive:
@@ -53,14 +53,16 @@ def _answer_once(client, model: str, messages: list, options, json_out: bool, ve
         sys.stdout.write(json.dumps(completion.raw, indent=2, ensure_ascii=False) + "\n")
     else:
         stream = client.chat(model, messages, options, stream=True)
-        for delta in g.until_first_text(stream):
-            sys.stdout.write(delta)
-            sys.stdout.flush()
+        g.print_stream(g.until_first_text(stream))
         completion = stream.completion
         sys.stdout.write("" if completion.text.endswith("\n") else "\n")
     sys.stdout.flush()
     if verbose:
         g.print_stats(completion, time.monotonic() - started)
+    if cut := g.cut_json(completion, options):
+        from localrun.errors import LocalrunError
+
+        raise LocalrunError(cut)
 
 
 @app.command()

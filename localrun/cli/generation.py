@@ -24,7 +24,7 @@ SYSTEM = typer.Option(None, "--system", help="System message.")
 TEMPERATURE = typer.Option(None, "--temperature", help="Sampling temperature (0 = greedy).")
 TOP_P = typer.Option(None, "--top-p", help="Nucleus sampling threshold.")
 SEED = typer.Option(None, "--seed", help="Random seed: the same seed and request give the same answer.")
-MAX_TOKENS = typer.Option(None, "--max-tokens", help="Most tokens to generate.")
+MAX_TOKENS = typer.Option(None, "--max-tokens", help="Most tokens to generate (-1: no limit).")
 CTX_SIZE = typer.Option(None, "--ctx-size", help="Context length for this model, in tokens.")
 FORMAT = typer.Option(None, "--format", help="Output format: json.")
 KEEP_ALIVE = typer.Option(None, "--keep-alive", help="How long the model stays loaded: 5m, 3600, -1 (forever), 0.")
@@ -37,13 +37,25 @@ HOST = typer.Option(None, "--host", help="Daemon or any OpenAI-compatible server
 def options_from_flags(temperature: Optional[float], top_p: Optional[float], seed: Optional[int],
                        max_tokens: Optional[int], ctx_size: Optional[int], format: Optional[str],
                        keep_alive: Optional[str], speculative: Optional[int]) -> GenerateOptions:
+    """The options the flags give, each checked here: a bad value is a usage error (exit 2) naming its flag,
+    not the server's validation text. `--max-tokens -1` means no limit, as Ollama's num_predict -1."""
     from localrun.client import GenerateOptions
-    from localrun.errors import UsageError
+    from localrun.client.types import coerce_option
+    from localrun.durations import parse_duration
+    from localrun.errors import InvalidRequest, UsageError
 
     if format not in (None, "json"):
         raise UsageError(f"--format must be json, got {format!r}")
-    return GenerateOptions(temperature=temperature, top_p=top_p, seed=seed, max_tokens=max_tokens,
-                           num_ctx=ctx_size, format=format, keep_alive=keep_alive, speculative=speculative)
+    if keep_alive is not None:
+        try:
+            parse_duration(keep_alive)
+        except InvalidRequest as e:
+            raise UsageError(f"--keep-alive: {e.message}") from None
+    flags = {"--temperature": ("temperature", temperature), "--top-p": ("top_p", top_p), "--seed": ("seed", seed),
+             "--max-tokens": ("max_tokens", max_tokens), "--ctx-size": ("num_ctx", ctx_size),
+             "--speculative": ("speculative", speculative)}
+    values = {name: coerce_option(name, value, flag) for flag, (name, value) in flags.items()}
+    return GenerateOptions(**values, format=format, keep_alive=keep_alive)
 
 
 def connect(model: str, host: Optional[str]) -> tuple[Client, str]:
@@ -143,6 +155,32 @@ def until_first_text(deltas: Iterable[str]) -> Iterator[str]:
         status.stop()
 
 
+def print_stream(deltas: Iterable[str]) -> None:
+    """Write streamed text to stdout as it comes. An error after some text first ends the line, so that
+    its `error:` line starts a line of its own."""
+    from localrun.errors import LocalrunError
+
+    open_line = False
+    try:
+        for delta in deltas:
+            sys.stdout.write(delta)
+            sys.stdout.flush()
+            open_line = not delta.endswith("\n") if delta else open_line
+    except LocalrunError:
+        if open_line:
+            sys.stdout.write("\n")
+            sys.stdout.flush()
+        raise
+
+
+def cut_json(completion: Completion, options: GenerateOptions | None) -> str | None:
+    """Why an answer asked for as JSON is not valid JSON: the token limit cut it off; None when it was not."""
+    if options is None or options.format != "json" or completion.finish_reason != "length":
+        return None
+    limit = f"--max-tokens {options.max_tokens}" if options.max_tokens is not None else "the token limit"
+    return f"the answer was cut off by {limit}, so its JSON is incomplete; allow more tokens"
+
+
 def messages_for(prompt: str, system: Optional[str]) -> list[dict]:
     return ([{"role": "system", "content": system}] if system else []) + [{"role": "user", "content": prompt}]
 
@@ -174,6 +212,8 @@ def format_stats(completion: Completion, total_s: float) -> str:
     if t and t.draft_n:
         rows.append(("draft acceptance", f"{t.draft_n_accepted}/{t.draft_n} token(s) "
                                          f"({t.draft_n_accepted / t.draft_n:.0%})"))
+    if completion.request_id:
+        rows.append(("request id", completion.request_id))
     return "\n".join(f"{name + ':':<22}{value}" for name, value in rows)
 
 
@@ -181,4 +221,5 @@ def _seconds(s: float) -> str:
     return f"{s * 1000:.2f}ms" if s < 1 else f"{s:.3f}s"
 
 
-__all__ = ["connect", "ensure_model", "ensure_on_server", "options_from_flags", "messages_for", "print_stats", "format_stats"]
+__all__ = ["connect", "ensure_model", "ensure_on_server", "options_from_flags", "messages_for", "print_stats",
+           "format_stats", "print_stream", "cut_json"]

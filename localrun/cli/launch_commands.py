@@ -49,13 +49,13 @@ def claude(
     from localrun.cli import daemon
     from localrun.cli.daemon_commands import target
     from localrun.cli.generation import ensure_model
-    from localrun.config import Config
+    from localrun.config import read
 
     address = target(host)
     if address.is_loopback:
         daemon.ensure_running(address)
         model = ensure_model(model)
-    keys = Config.from_env().api_keys
+    keys = read("LOCALRUN_API_KEY")
     env = claude_env(address.base_url, model, keys[0] if keys else PLACEHOLDER_KEY)
     executable = shutil.which("claude")
     if print_only or executable is None:

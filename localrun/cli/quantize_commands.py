@@ -17,6 +17,7 @@ import typer
 
 from localrun.cli import generation as g
 from localrun.cli.app import app
+from localrun.cli.format import print_json
 
 UNQUANTIZED = ("", "F32", "F16", "BF16")
 
@@ -28,6 +29,7 @@ def quantize(
     type_: str = typer.Option("Q4_K_M", "--type", "-t", help="Target type: Q8_0, Q6_K, Q5_K_M, Q4_K_M, Q4_0, F16, ..."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bar, only the final line."),
     as_json: bool = typer.Option(False, "--json", help="Progress events and the result as JSON lines."),
+    force: bool = typer.Option(False, "--force", "-f", help="Replace DST when it already names a model."),
 ) -> None:
     """Quantize a model with llama.cpp into a new model in the store (its manifest records the origin)."""
     from localrun.store import Store
@@ -35,9 +37,11 @@ def quantize(
 
     store = Store()
     source = store.resolve(src)
-    parse_name(dst)  # a bad name fails before any work
+    parse_name(dst)  # a bad name fails before any work, and so does one that names a model already
+    if not force:
+        store.check_unused(dst)
     show_bar = sys.stderr.isatty() and not (quiet or as_json)
-    report = _json_line if as_json else _Bar() if show_bar else (lambda event: None)
+    report = print_json if as_json else _Bar() if show_bar else (lambda event: None)
     partial = store.temp_file("quantize")
     try:
         done = _run_child(source, partial, type_, report)
@@ -49,7 +53,7 @@ def quantize(
             report.close()
         partial.unlink(missing_ok=True)
     if as_json:
-        _json_line({"event": "success", "model": result.to_dict()})
+        print_json({"event": "success", "model": result.to_dict()})
     else:
         typer.echo(f"quantized {source.name} to {result.name} ({done['type']}, {result.short_id}, "
                    f"{result.size / 1e6:.0f} MB from {source.size / 1e6:.0f} MB)")
@@ -118,11 +122,6 @@ class _Bar:
         self.progress.stop()
 
 
-def _json_line(data: dict[str, Any]) -> None:
-    sys.stdout.write(json.dumps(data, ensure_ascii=False) + "\n")
-    sys.stdout.flush()
-
-
 @app.command()
 def perplexity(
     model: str = typer.Argument(..., help="Model name, e.g. smollm2 or smollm2:q8_0."),
@@ -133,12 +132,18 @@ def perplexity(
     host: Optional[str] = g.HOST,
 ) -> None:
     """Perplexity of a text under a model (as llama-perplexity), to compare a quantization with its source."""
+    from localrun.errors import UsageError
+
+    if ctx < 16 or batch < 1:
+        raise UsageError(f"--ctx must be 16 or more and --batch 1 or more, got --ctx {ctx} --batch {batch}")
     text = _read_text(file)
+    if not text.strip():
+        raise UsageError(f"{file} has no text to measure")
     client, model = g.connect(model, host)
     with client:
         result = client.perplexity(model, text, ctx=ctx, batch=batch)
     if as_json:
-        _json_line(result)
+        print_json(result)
         return
     typer.echo(f"perplexity {result['perplexity']:.4f}  ({result['scored']} of {result['tokens']} tokens scored "
                f"in {result['chunks']} chunks of {result['ctx']}, {result['seconds']:.1f} s)")

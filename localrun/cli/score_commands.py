@@ -24,6 +24,7 @@ def score(
     host: Optional[str] = g.HOST,
 ) -> None:
     """Score options by their exact log-probability after PROMPT; prints probabilities among them."""
+    _check_options(option)
     client, model = g.connect(model, host)
     with client:
         result = client.score(model, prompt, option, normalize="mean" if mean else "sum")
@@ -35,3 +36,14 @@ def score(
     for c in result["choices"]:
         bar = "█" * round(c["prob"] * BAR_WIDTH) if bars else ""
         typer.echo(f"{c['option']:<{width}}  {c['prob']:6.1%}  logprob {c['logprob']:9.4f}  {bar}".rstrip())
+
+
+def _check_options(options: list[str]) -> None:
+    """The daemon refuses these too; here they are usage errors (exit 2) before any model loads."""
+    from localrun.errors import UsageError
+
+    if any(not option for option in options):
+        raise UsageError("--option must not be empty")
+    twice = sorted({option for option in options if options.count(option) > 1})
+    if twice:
+        raise UsageError(f"--option given more than once: {', '.join(map(repr, twice))}")

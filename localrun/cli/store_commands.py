@@ -12,7 +12,6 @@ JSON object per line for scripts.
 
 from __future__ import annotations
 
-import json
 import re
 import sys
 import time
@@ -22,6 +21,7 @@ from typing import Any, Callable, Optional
 import typer
 
 from localrun.cli.app import app
+from localrun.cli.format import print_json
 
 SERVER_HELP = ("A server with its own store (URL; Ollama or localrun) to do this on; default: LOCALRUN_HOST's, "
                "else this home's store.")
@@ -64,7 +64,7 @@ def pull(
         if isinstance(reporter, PullBar):
             reporter.close()
     if as_json:
-        _print_json({"status": "success", "model": result.to_dict()})
+        print_json({"status": "success", "model": result.to_dict()})
     else:
         typer.echo(f"pulled {result.name} ({result.short_id}, {_size(result.size)})")
 
@@ -79,7 +79,7 @@ def list_models(
     if server is not None:
         models = _ask_server(server, "list", lambda client: client.tags())
         if as_json:
-            _print_json([_tag_dict(tag, server.base_url) for tag in models])
+            print_json([_tag_dict(tag, server.base_url) for tag in models])
         else:
             _print_table([_tag_row(tag) for tag in models])
         return
@@ -87,7 +87,7 @@ def list_models(
 
     models = Store().list()
     if as_json:
-        _print_json([m.to_dict() for m in models])
+        print_json([m.to_dict() for m in models])
         return
     _print_table([(m.name, m.short_id, _size(m.size), m.quantization, m.parameter_size, _ago(m.modified))
                   for m in models])
@@ -121,9 +121,9 @@ def show(
     store = Store()
     resolved, info = store.resolve(model), store.show(model)
     if as_json:
-        _print_json({**resolved.to_dict(), **info.to_dict()})
+        print_json({**resolved.to_dict(), **info.to_dict()})
     elif template:
-        typer.echo(info.chat_template)
+        _print_template(info.chat_template, info.architecture)
     elif license_:
         typer.echo(info.license or "(no license in the GGUF metadata)")
     elif metadata:
@@ -152,7 +152,7 @@ def _pull_on_server(address, model: str, link: bool, reporter, as_json: bool) ->
     progress = reporter or (lambda status: None)
     _ask_server(address, "pull", lambda client: targets.pull_on_server(client, model, progress))
     if as_json:
-        _print_json({"status": "success", "model": {"name": model, "host": address.base_url}})
+        print_json({"status": "success", "model": {"name": model, "host": address.base_url}})
     else:
         typer.echo(f"pulled {model} on {address.base_url}")
 
@@ -184,9 +184,11 @@ def rm(
 def cp(
     source: str = typer.Argument(..., help="A pulled model.", autocompletion=_complete_local),
     destination: str = typer.Argument(..., help="The new name (name[:tag])."),
+    force: bool = typer.Option(False, "--force", "-f", help="Replace DESTINATION when it names another model."),
     host: Optional[str] = typer.Option(None, "--host", help=SERVER_HELP),
 ) -> None:
-    """Give a pulled model another name (no copy of the file is made)."""
+    """Give a pulled model another name (no copy of the file is made). A name that already names another
+    model is kept unless --force is given."""
     server = _server(host)
     if server is not None:
         _ask_server(server, "cp", lambda client: client.copy(source, destination))
@@ -194,7 +196,7 @@ def cp(
         return
     from localrun.store import Store
 
-    copied = Store().copy(source, destination)
+    copied = Store().copy(source, destination, force=force)
     typer.echo(f"copied {source} to {copied.name}")
 
 
@@ -287,7 +289,7 @@ def _show_on_server(address, model: str, as_json: bool, template: bool, license_
             raise LocalrunError(f"{address.base_url} does not tell the {what} of {model}: its /api/show has no "
                                 f"{key!r}")
         if wanted == "template":
-            typer.echo(value)
+            _print_template(value, _shown_facts(model, shown, None, "")["architecture"])
         elif wanted == "license":
             typer.echo(value or "(no license in the server's answer)")
         else:
@@ -296,7 +298,7 @@ def _show_on_server(address, model: str, as_json: bool, template: bool, license_
         return
     facts = _shown_facts(model, shown, tag, address.base_url)
     if as_json:
-        _print_json(facts)
+        print_json(facts)
         return
     rows = [("name", facts["name"]), ("architecture", facts["architecture"] or "-"),
             ("parameters", facts["parameter_size"] or "-"), ("quantization", facts["quantization"] or "-"),
@@ -338,6 +340,17 @@ def _shown_facts(model: str, shown: dict[str, Any], tag: Optional[dict[str, Any]
             "embedding_length": info.get(f"{architecture}.embedding_length") or 0,
             "license": str(shown.get("license") or ""), "chat_template": str(shown.get("template") or ""),
             "metadata": info, "host": base_url}
+
+
+def _print_template(template: str, architecture: str) -> None:
+    """The chat template on stdout; for a model without one, which template renders its chats instead
+    (on stderr, so `show --template > file` still writes what the model carries)."""
+    if template:
+        typer.echo(template)
+        return
+    sys.stderr.write(f"this model has no chat template in its GGUF metadata; its chats are rendered with "
+                     f"llama.cpp's built-in template for its architecture ({architecture or 'unknown'}), "
+                     f"or ChatML when llama.cpp has none\n")
 
 
 def _first_line(text: str, width: int = 60) -> str:
@@ -408,13 +421,8 @@ class _JsonReporter:
         done = event.total and event.completed >= event.total
         if event.status != self.last_status or done or now - self.last_time >= 0.1:
             if event.status != "success":
-                _print_json(event.to_dict())
+                print_json(event.to_dict())
             self.last_status, self.last_time = event.status, now
-
-
-def _print_json(data: Any) -> None:
-    sys.stdout.write(json.dumps(data, ensure_ascii=False) + "\n")
-    sys.stdout.flush()
 
 
 def _size(n: int) -> str:

@@ -1,7 +1,7 @@
 """Typed HTTP client for the daemon (httpx): the only way the CLI reaches it.
 
     Client(base_url, api_key)      health, version, ps, models, show, tags, pull, delete, copy,
-                                   chat, complete
+                                   unload, chat, complete
     Client.from_host(host)         base URL from --host / LOCALRUN_HOST, key from LOCALRUN_API_KEY
     TextStream                     a streamed answer: text deltas, then `.completion`
 """

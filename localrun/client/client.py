@@ -20,8 +20,12 @@ from localrun.errors import (AuthError, DaemonUnavailable, InvalidRequest, Local
                              Overloaded)
 
 Messages = list[dict[str, Any]]
+REQUEST_ID = "x-request-id"  # the daemon's id of a request, as its access log names it
 _QUICK = httpx.Timeout(10.0, connect=5.0)
 _GENERATE = httpx.Timeout(None, connect=5.0)
+# /api/show parses a model file the daemon has not cached yet (seconds for a big vocabulary), on cores a
+# model being loaded keeps busy: chat's /show info must not give up after _QUICK's 10 s.
+_LOOKUP = httpx.Timeout(120.0, connect=5.0)
 
 
 class Client:
@@ -38,11 +42,10 @@ class Client:
     @classmethod
     def from_host(cls, host: str | None = None) -> Client:
         """From `--host` (or LOCALRUN_HOST when None) and LOCALRUN_API_KEY's first key."""
-        from localrun.config import Config
+        from localrun.config import read
 
-        config = Config.from_env()
-        keys = config.api_keys
-        return cls(parse_address(host or config.host).base_url, keys[0] if keys else "")
+        keys = read("LOCALRUN_API_KEY")
+        return cls(parse_address(host or read("LOCALRUN_HOST")).base_url, keys[0] if keys else "")
 
     def close(self) -> None:
         self._http.close()
@@ -79,7 +82,7 @@ class Client:
 
     def show(self, model: str) -> dict[str, Any]:
         """Ollama's `/api/show`: details, parameters, template, model_info."""
-        return self._json("POST", "/api/show", json={"model": model})
+        return self._json("POST", "/api/show", json={"model": model}, timeout=_LOOKUP)
 
     def tags(self) -> list[dict[str, Any]]:
         """Ollama's `/api/tags`: the models in the server's own store as it describes them (name, size,
@@ -117,6 +120,11 @@ class Client:
         """Ollama's `DELETE /api/delete`: the server removes the model (a localrun daemon also unloads it)."""
         self._send("DELETE", "/api/delete", json={"model": model})
 
+    def unload(self, model: str) -> None:
+        """Ollama's empty `/api/generate` with keep_alive 0: the server unloads `model` now when it is idle,
+        else when its requests in flight have finished."""
+        self._send("POST", "/api/generate", json={"model": model, "keep_alive": 0})
+
     def perplexity(self, model: str, text: str, ctx: int = 512, batch: int = 2048) -> dict[str, Any]:
         """`/api/perplexity` (localrun only): perplexity, nll, tokens, scored, chunks, ctx, seconds.
         No read timeout: a long text takes as long as evaluating it."""
@@ -143,13 +151,17 @@ class Client:
     def _generate(self, path: str, body: dict[str, Any], stream: bool, chat: bool) -> Completion | TextStream:
         if stream:
             return TextStream(self._send("POST", path, json=body, timeout=_GENERATE, stream=True), chat)
-        data = self._json("POST", path, json=body, timeout=_GENERATE)
-        return _completion(data, chat)
+        response = self._send("POST", path, json=body, timeout=_GENERATE)
+        completion = _completion(self._decode(response, path), chat)
+        completion.request_id = response.headers.get(REQUEST_ID, "")
+        return completion
 
     # -- plumbing -------------------------------------------------------------------------------
 
     def _json(self, method: str, path: str, **kwargs: Any) -> dict[str, Any]:
-        response = self._send(method, path, **kwargs)
+        return self._decode(self._send(method, path, **kwargs), path)
+
+    def _decode(self, response: httpx.Response, path: str) -> dict[str, Any]:
         try:
             return response.json()
         except ValueError:
@@ -228,7 +240,7 @@ class TextStream:
         self._response = response
         self._chat = chat
         self._parts: list[str] = []
-        self.completion = Completion("")
+        self.completion = Completion("", request_id=response.headers.get(REQUEST_ID, ""))
 
     def __enter__(self) -> TextStream:
         return self

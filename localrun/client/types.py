@@ -11,6 +11,7 @@ from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
 from localrun.errors import UsageError
+from localrun.sampling import MAX_DRAFT
 
 
 @dataclass(slots=True)
@@ -46,26 +47,54 @@ class GenerateOptions:
 
 _TYPES = {f.name: f.type for f in fields(GenerateOptions)}
 ALIASES = {"num_predict": "max_tokens", "ctx_size": "num_ctx", "max_completion_tokens": "max_tokens"}
+NO_LIMIT = -1  # max_tokens -1: generate until the model stops or the context is full (Ollama's num_predict -1)
+
+# The values each option accepts (those of the daemon's OpenAI route), checked here so that a typo is a
+# usage error before any request: (lowest, highest or None, how to say it).
+_RANGES: dict[str, tuple[float, float | None, str]] = {
+    "temperature": (0, 2, "from 0 to 2"), "top_p": (0, 1, "from 0 to 1"), "min_p": (0, 1, "from 0 to 1"),
+    "top_k": (0, None, "0 or more"), "repeat_penalty": (0, None, "0 or more"),
+    "max_tokens": (1, None, f"1 or more, or {NO_LIMIT} for no limit"), "num_ctx": (16, None, "16 or more"),
+    "speculative": (0, MAX_DRAFT, f"from 0 to {MAX_DRAFT}"),
+}
 
 
-def coerce_option(name: str, value: Any) -> Any:
-    """Convert `value` (often a string typed by a user) to the type of option `name`; UsageError if unknown."""
+def coerce_option(name: str, value: Any, label: str | None = None) -> Any:
+    """Convert `value` (often a string typed by a user) to the type of option `name` and check its range;
+    a UsageError naming `label` (default: the option's name) otherwise."""
     name = ALIASES.get(name, name)
     kind = _TYPES.get(name)
     if kind is None:
         raise UsageError(f"unknown option {name!r} (known: {', '.join(sorted(_TYPES))})")
+    label = label or f"option {name}"
     if value is None:
         return None
     try:
         if "float" in kind:
-            return float(value)
+            return _in_range(name, float(value), label)
         if "int" in kind:
-            return int(value)
+            return _in_range(name, _integer(value), label)
         if "list" in kind:
             return [value] if isinstance(value, str) else [str(v) for v in value]
         return str(value)
     except (TypeError, ValueError):
-        raise UsageError(f"option {name} needs a {kind.split(' ')[0]}, got {value!r}") from None
+        raise UsageError(f"{label} needs a {kind.split(' ')[0]}, got {value!r}") from None
+
+
+def _integer(value: Any) -> int:
+    if isinstance(value, float) and not value.is_integer():
+        raise ValueError(value)
+    return int(value)
+
+
+def _in_range(name: str, value: float, label: str) -> Any:
+    if name == "max_tokens" and value == NO_LIMIT:
+        return None
+    low, high, words = _RANGES.get(name, (None, None, ""))
+    if value != value or (low is not None and value < low) or (high is not None and value > high):  # NaN too
+        shown = int(value) if float(value).is_integer() else value
+        raise UsageError(f"{label} must be {words}, got {shown}")
+    return value
 
 
 def _keep_alive(value: str) -> str | int:
@@ -124,6 +153,7 @@ class Completion:
     usage: Usage | None = None
     timings: Timings | None = None
     raw: dict[str, Any] = field(default_factory=dict)
+    request_id: str = ""  # the daemon's X-Request-Id: its access log line in `localrun logs`
 
 
 @dataclass(slots=True)
@@ -165,4 +195,4 @@ class PullStatus:
 
 
 __all__ = ["GenerateOptions", "Usage", "Timings", "Completion", "RunningModel", "PullStatus", "coerce_option",
-           "ALIASES"]
+           "ALIASES", "NO_LIMIT"]

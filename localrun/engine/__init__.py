@@ -9,12 +9,27 @@
 One thread owns an Engine: every method must be called from the thread that created it.
 """
 
-from localrun.engine.chat_template import render as render_chat_template
-from localrun.engine.engine import Engine
+from typing import Any
+
+from localrun.config import EngineSettings
 from localrun.engine.events import Event, Finished, FinishReason, Timings, Token
-from localrun.engine.grammar import schema_to_grammar
 from localrun.engine.sequence import Request
-from localrun.engine.settings import EngineSettings
+
+# Loaded on first use: these need llama_cpp, and the scheduler, sequences and events are plain data
+# that tests and the daemon import without it.
+_LAZY = {"Engine": ("localrun.engine.engine", "Engine"),
+         "render_chat_template": ("localrun.engine.chat_template", "render"),
+         "schema_to_grammar": ("localrun.engine.grammar", "schema_to_grammar")}
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _LAZY:
+        raise AttributeError(f"module 'localrun.engine' has no attribute {name!r}")
+    import importlib
+
+    module, attribute = _LAZY[name]
+    return getattr(importlib.import_module(module), attribute)
+
 
 __all__ = [
     "Engine", "EngineSettings", "Event", "Finished", "FinishReason", "Request", "Timings", "Token",

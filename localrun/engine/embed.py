@@ -15,8 +15,9 @@ import math
 
 import llama_cpp as L
 
-from localrun.engine.backend import Batch, Model, new_context
-from localrun.errors import ContextOverflow, LocalrunError
+from localrun.engine.backend import Model
+from localrun.engine.sidecontext import SideContext
+from localrun.errors import ContextOverflow
 
 MAX_SEQS = 16
 
@@ -31,14 +32,12 @@ class Embedder:
     def __init__(self, model: Model, ctx_size: int, threads: int) -> None:
         self.model, self.ctx_size = model, ctx_size
         self.n_embd = L.llama_model_n_embd(model.ptr)
-        self.ctx = new_context(model, n_ctx=ctx_size, n_batch=ctx_size, n_seq_max=MAX_SEQS,
-                               threads=threads, kv_unified=True, embeddings=True)
-        if L.llama_pooling_type(self.ctx) == L.LLAMA_POOLING_TYPE_NONE:
-            L.llama_free(self.ctx)  # a generative model: pool by mean over the input's tokens
-            self.ctx = new_context(model, n_ctx=ctx_size, n_batch=ctx_size, n_seq_max=MAX_SEQS,
-                                   threads=threads, kv_unified=True, embeddings=True,
-                                   pooling=L.LLAMA_POOLING_TYPE_MEAN)
-        self.batch = Batch(ctx_size)
+        options = dict(n_ctx=ctx_size, n_batch=ctx_size, n_seq_max=MAX_SEQS, threads=threads, kv_unified=True,
+                       embeddings=True)
+        self.side = SideContext(model, "embedding", **options)
+        if L.llama_pooling_type(self.side.ctx) == L.LLAMA_POOLING_TYPE_NONE:
+            self.side.close()  # a generative model: pool by mean over the input's tokens
+            self.side = SideContext(model, "embedding", **options, pooling=L.LLAMA_POOLING_TYPE_MEAN)
 
     def embed(self, texts: list[str]) -> tuple[list[list[float]], int]:
         inputs = [self._tokens(i, text) for i, text in enumerate(texts)]
@@ -70,27 +69,23 @@ class Embedder:
             yield group
 
     def _run(self, group: list[list[int]]) -> list[list[float]]:
-        self.batch.clear()
+        batch = self.side.batch
+        batch.clear()
         for seq_id, tokens in enumerate(group):
             for pos, token in enumerate(tokens):
-                self.batch.add(token, pos, seq_id, True)
-        L.llama_memory_clear(L.llama_get_memory(self.ctx), True)
-        status = self.batch.decode(self.ctx)
-        if status != 0:
-            raise LocalrunError(f"embedding failed: llama_decode returned {status}")
+                batch.add(token, pos, seq_id, True)
+        self.side.clear()
+        self.side.decode()
         return [self._vector(seq_id) for seq_id in range(len(group))]
 
     def _vector(self, seq_id: int) -> list[float]:
-        ptr = L.llama_get_embeddings_seq(self.ctx, seq_id)
+        ptr = L.llama_get_embeddings_seq(self.side.ctx, seq_id)
         values = ctypes.cast(ptr, ctypes.POINTER(ctypes.c_float))[: self.n_embd]
         norm = math.sqrt(sum(v * v for v in values)) or 1.0
         return [v / norm for v in values]
 
     def close(self) -> None:
-        self.batch.free()
-        if self.ctx:
-            L.llama_free(self.ctx)
-            self.ctx = None
+        self.side.close()
 
 
 __all__ = ["Embedder", "Truncate"]

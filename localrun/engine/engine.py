@@ -21,14 +21,16 @@ from localrun.engine.drafts import Drafter
 from localrun.engine.embed import Embedder
 from localrun.engine.events import Event, Finished, Timings, Token
 from localrun.engine.rowcheck import rows_alike
-from localrun.engine.sampler import Sampler, log_softmax, top_logprobs
-from localrun.engine.scheduler import Chunk, Scheduler
+from localrun.engine.logprobs import log_softmax, logits_at, top_n
+from localrun.engine.sampler import Sampler
+from localrun.engine.scheduler import Chunk, Copy, Scheduler, Trim
 from localrun.engine.scoring import Scorer
 from localrun.engine.sequence import Request, Sequence, Status
-from localrun.engine.settings import FLASH_ATTN, KV_CACHE_TYPES, EngineSettings, physical_cores, resolve_flash_attn
+from localrun.config import EngineSettings
+from localrun.engine.settings import physical_cores, resolve_flash_attn
 from localrun.engine.stops import StopMatcher
 from localrun.engine.threads import ThreadTuner
-from localrun.errors import ContextOverflow, InvalidRequest, LocalrunError, UsageError
+from localrun.errors import ContextOverflow, InvalidRequest, LocalrunError
 from localrun.sampling import MAX_DRAFT
 
 WARM_UP_TEXT = "Warm up: a short text of a dozen tokens or so."
@@ -44,22 +46,20 @@ class _State:
     stops: StopMatcher
     t_prompt: float = 0.0
     t_first: float = 0.0
-    load_ms: float = 0.0
 
 
 class Engine:
     """Continuous batching over `settings.parallel` sequence slots of one model."""
 
     def __init__(self, model_path: str, settings: EngineSettings | None = None) -> None:
-        self.settings = settings = settings or EngineSettings()
-        _validate(settings)
-        start = time.perf_counter()
+        self.settings = settings = settings or EngineSettings()  # checked when it was built
         self.cpu_plan = init_backend()
         self.model = Model(model_path, settings.gpu_layers, settings.safe_mode)
         self._tuner = ThreadTuner(physical_cores()) if settings.threads is None else None
         self._threads = self._tuner.threads if self._tuner else settings.threads
         self.flash_attn = resolve_flash_attn(settings.flash_attn, settings.kv_cache_type, L.llama_supports_gpu_offload())
         self.can_draft = _can_drop_tail(self.model)
+        can_cut = not (L.llama_model_is_recurrent(self.model.ptr) or L.llama_model_is_hybrid(self.model.ptr))
         try:
             # Whether drafted answers equal plain ones bit for bit here: measured once, when drafting is on.
             self.speculative_exact = rows_alike(
@@ -75,24 +75,25 @@ class Engine:
         self.memory = L.llama_get_memory(self.ctx)
         self.batch = Batch(settings.batch_size)
         self._warm_up()
-        self.scheduler = Scheduler(settings.parallel, settings.batch_size, self._trim_slot, self._copy_slot,
-                                   settings.ctx_size)
+        self.scheduler = Scheduler(settings.parallel, settings.batch_size, settings.ctx_size, can_cut, share=True)
         self._embedder: Embedder | None = None
         self._scorer: Scorer | None = None
         self._eog: list[int] | None = None
-        self.load_ms = (time.perf_counter() - start) * 1000
-        self._unbilled_load_ms = self.load_ms
 
     def _warm_up(self) -> None:
         """Evaluate a few rows once at load, as llama-server does: the weights are paged in before the
         first request, and a kernel that dies on this CPU (a matrix product over several rows is what
-        ggml's AMX and repacked paths run) dies now, while the daemon can still retry the load safely."""
+        ggml's AMX and repacked paths run) dies now, while the daemon can still retry the load safely.
+        Embedding models (with a pooling type) and encoder-decoder models skip it: they do not decode
+        this way. A warm-up llama.cpp refuses is not an error here; the first request would say why."""
+        arch = self.model.meta("general.architecture") or ""
+        if self.model.meta(f"{arch}.pooling_type") is not None or L.llama_model_has_encoder(self.model.ptr):
+            return
         tokens = self.model.tokenize(WARM_UP_TEXT, add_special=True, parse_special=False)[:self.settings.batch_size]
         self.batch.clear()
         for pos, token in enumerate(tokens):
             self.batch.add(token, pos, 0, pos == len(tokens) - 1)
-        if self.batch.decode(self.ctx) != 0:
-            raise LocalrunError("llama_decode failed while warming up the model")
+        self.batch.decode(self.ctx)
         L.llama_memory_seq_rm(self.memory, 0, -1, -1)
 
     # -- requests ---------------------------------------------------------------------------
@@ -107,7 +108,6 @@ class Engine:
         banned = self._eog_tokens() if p.ignore_eos else []
         sampler = Sampler(self.model.vocab, self.model.n_vocab, p, p.seed if p.seed is not None else self.settings.seed, banned)
         state = _State(request, sampler, Detokenizer(self.model.piece), StopMatcher(p.stop))
-        state.load_ms, self._unbilled_load_ms = self._unbilled_load_ms, 0.0
         self.scheduler.add(Sequence(request.id, list(prompt), len(prompt), p.max_tokens, state=state, drafter=drafter))
 
     def _drafter(self, speculative: int | None) -> Drafter | None:
@@ -135,7 +135,10 @@ class Engine:
         Raises LocalrunError if llama.cpp fails to decode; the engine should then be closed.
         """
         events = self._reap_cancelled()
-        for chunks in self.scheduler.schedule().batches():
+        plan = self.scheduler.schedule()
+        for edit in plan.edits:
+            self._edit_cache(edit)
+        for chunks in plan.batches():
             indices = self._evaluate(chunks)
             for chunk, index in zip(chunks, indices):
                 if chunk.draft:
@@ -146,18 +149,15 @@ class Engine:
 
     # -- one step -------------------------------------------------------------------------------
 
-    def _trim_slot(self, slot_id: int, keep: int) -> int:
-        """Cut a slot's cache back to `keep` tokens, or empty it when llama.cpp cannot cut part of it."""
-        if L.llama_memory_seq_rm(self.memory, slot_id, keep, -1):
-            return keep
-        L.llama_memory_seq_rm(self.memory, slot_id, -1, -1)
-        return 0
-
-    def _copy_slot(self, source: int, target: int) -> None:
-        """Make a slot's cache a copy of another's. With a KV stream per slot llama.cpp copies the whole
-        stream at the start of the next `llama_decode`, cell for cell: the copy attends exactly as the
-        original (with one unified buffer the two sequences share cells instead)."""
-        L.llama_memory_seq_cp(self.memory, source, target, -1, -1)
+    def _edit_cache(self, edit: Trim | Copy) -> None:
+        """Make one of the scheduler's cache edits. A copy: with a KV stream per slot llama.cpp copies the
+        whole stream at the start of the next `llama_decode`, cell for cell, so the copy attends exactly
+        as the original (with one unified buffer the two sequences share cells instead). A trim: the
+        scheduler plans one only where llama.cpp can make it (`can_cut`), so a refusal is a bug."""
+        if isinstance(edit, Copy):
+            L.llama_memory_seq_cp(self.memory, edit.source, edit.target, -1, -1)
+        elif not L.llama_memory_seq_rm(self.memory, edit.slot, edit.keep, -1):
+            raise LocalrunError(f"llama.cpp could not cut slot {edit.slot}'s cache back to {edit.keep} tokens")
 
     def _evaluate(self, chunks: list[Chunk]) -> list[int]:
         """Fill the batch with the chunks and decode it; returns each chunk's last batch index."""
@@ -199,7 +199,7 @@ class Engine:
             st.t_first = time.perf_counter()
             return [self._finish(seq, "length")]
         want = st.request.sampling.logprobs
-        logprobs = log_softmax(self.ctx, index, self.model.n_vocab) if want is not None else None
+        logprobs = log_softmax(logits_at(self.ctx, index, self.model.n_vocab)) if want is not None else None
         token = st.sampler.sample(self.ctx, index)
         if seq.n_generated == 0:
             st.t_first = time.perf_counter()
@@ -234,7 +234,9 @@ class Engine:
             events.extend(self._next_token(seq, first + j))
             if j == len(draft) or seq.status is Status.FINISHED or seq.tokens[-1] != draft[j]:
                 break
-        self.scheduler.settle(chunk, j)
+        trim = self.scheduler.settle(chunk, j)
+        if trim is not None:
+            self._edit_cache(trim)
         return events
 
     def _length_reached(self, seq: Sequence) -> str | None:
@@ -245,7 +247,7 @@ class Engine:
     def _token_event(self, seq: Sequence, token: int, text: str, logprobs, want: int | None) -> Token:
         if logprobs is None:
             return Token(seq.id, text, token)
-        top = [(self.model.token_text(t), lp) for t, lp in top_logprobs(logprobs, want)] if want else None
+        top = [(self.model.token_text(t), lp) for t, lp in top_n(logprobs, want)] if want else None
         return Token(seq.id, text, token, float(logprobs[token]), top)
 
     def _finish(self, seq: Sequence, reason: str) -> Finished:
@@ -258,7 +260,7 @@ class Engine:
             prompt_tokens=seq.n_prompt, cached_tokens=seq.n_cached,
             prompt_ms=(first - st.t_prompt) * 1000 if st.t_prompt else 0.0,
             generated_tokens=seq.n_generated, generation_ms=(now - first) * 1000 if st.t_first else 0.0,
-            load_ms=st.load_ms, draft_tokens=seq.drafter.proposed if seq.drafter else 0,
+            draft_tokens=seq.drafter.proposed if seq.drafter else 0,
             draft_accepted=seq.drafter.accepted if seq.drafter else 0)
         return Finished(seq.id, reason, timings, st.stops.matched if reason == "stop" else None)
 
@@ -381,7 +383,6 @@ class Engine:
             "safe_mode": s.safe_mode,
             "extra_buffer_types": [] if s.safe_mode else extra_buffer_types(),
             "cpu": self.cpu_plan.lines(),
-            "load_ms": self.load_ms,
         }
 
     def close(self) -> None:
@@ -403,19 +404,6 @@ class Engine:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
-
-
-def _validate(s: EngineSettings) -> None:
-    if s.parallel < 1 or s.ctx_size < 8 or s.batch_size < 1:
-        raise UsageError("parallel, ctx_size and batch_size must be positive (ctx_size at least 8)")
-    if s.flash_attn not in FLASH_ATTN:
-        raise UsageError(f"flash_attn must be one of {', '.join(FLASH_ATTN)}, got {s.flash_attn!r}")
-    if s.kv_cache_type not in KV_CACHE_TYPES:
-        raise UsageError(f"kv_cache_type must be one of {', '.join(KV_CACHE_TYPES)}, got {s.kv_cache_type!r}")
-    if s.threads is not None and s.threads < 1:
-        raise UsageError(f"threads must be at least 1, got {s.threads}")
-    if not 0 <= s.speculative <= MAX_DRAFT:
-        raise UsageError(f"speculative must be a draft length from 0 (off) to {MAX_DRAFT}, got {s.speculative}")
 
 
 def _can_drop_tail(model: Model) -> bool:

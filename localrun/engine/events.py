@@ -1,28 +1,16 @@
-"""What the engine hands back from `step()`: a new token's text, or the end of a request."""
+"""What the engine hands back from `step()`: a new token's text, or the end of a request.
+
+`Finished.timings` is the native `Timings` the daemon reports: one class from engine to dialect.
+"""
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
-from typing import Any, Literal
+from dataclasses import dataclass
+from typing import Literal
+
+from localrun.native import Timings
 
 FinishReason = Literal["stop", "length", "cancelled"]
-
-
-@dataclass(slots=True)
-class Timings:
-    """Per-request counters, in the units Ollama and llama-server report."""
-
-    prompt_tokens: int = 0
-    cached_tokens: int = 0  # prompt tokens reused from a slot's cache, not evaluated again
-    prompt_ms: float = 0.0
-    generated_tokens: int = 0
-    generation_ms: float = 0.0
-    load_ms: float = 0.0  # model load time, charged to the first request after loading
-    draft_tokens: int = 0  # speculative decoding: tokens drafted for this request
-    draft_accepted: int = 0  # of those, the ones the model confirmed and that were used
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
 
 
 @dataclass(slots=True)

@@ -21,8 +21,10 @@ from dataclasses import asdict, dataclass
 import llama_cpp as L
 import numpy as np
 
-from localrun.engine.backend import Batch, Model, new_context
-from localrun.errors import Cancelled, InvalidRequest, LocalrunError
+from localrun.engine.backend import Model
+from localrun.engine.logprobs import log_softmax, output_logits
+from localrun.engine.sidecontext import SideContext
+from localrun.errors import Cancelled, InvalidRequest
 
 MIN_CTX = 16
 LOGITS_BUDGET = 256 << 20  # bytes of float32 logits one decode may return (a 262k vocabulary is 1 MiB a row)
@@ -54,14 +56,12 @@ def first_scored(ctx: int) -> int:
 
 
 def token_nll(logits: np.ndarray, targets: np.ndarray, block: int = 64) -> np.ndarray:
-    """-log softmax(logits)[target] per row (float64 sums), `block` rows at a time so a batch of
-    vocabulary-wide rows never needs a second full-size copy."""
+    """-log softmax(logits)[target] per row, `block` rows at a time so a batch of vocabulary-wide
+    rows never needs a second full-size copy."""
     out = np.empty(len(targets), dtype=np.float64)
     for start in range(0, len(targets), block):
-        rows = logits[start:start + block]
-        peak = rows.max(axis=1, keepdims=True)
-        log_z = np.log(np.exp(rows - peak).sum(axis=1, dtype=np.float64)) + peak[:, 0]
-        out[start:start + block] = log_z - rows[np.arange(len(rows)), targets[start:start + block]]
+        rows = log_softmax(logits[start:start + block])
+        out[start:start + block] = -rows[np.arange(len(rows)), targets[start:start + block]]
     return out
 
 
@@ -78,12 +78,13 @@ def perplexity(model: Model, text: str, *, ctx: int = 512, batch: int = 2048, th
                              f"{ctx} (a smaller ctx or a longer text)")
     rows = ctx - 1 - first_scored(ctx)
     per_decode = max(1, min(batch // ctx, len(chunks), LOGITS_BUDGET // (4 * rows * model.n_vocab)))
-    with _Evaluator(model, ctx, per_decode, threads, kv_type, flash_attn) as evaluator:
+    with SideContext(model, "perplexity", n_ctx=ctx * per_decode, n_batch=ctx * per_decode, n_seq_max=per_decode,
+                     threads=threads, flash_attn=flash_attn, kv_type=kv_type) as side:
         parts = []
         for i in range(0, len(chunks), per_decode):
             if stop is not None and stop.is_set():
                 raise Cancelled("perplexity cancelled")
-            parts.append(evaluator.nll(chunks[i:i + per_decode]))
+            parts.append(_nll(side, model.n_vocab, chunks[i:i + per_decode], ctx))
         nll = np.concatenate(parts)
     mean = float(nll.mean())
     return PerplexityResult(float(np.exp(mean)), mean, len(tokens), len(nll), len(chunks), ctx,
@@ -98,35 +99,18 @@ def _check_sizes(model: Model, ctx: int, batch: int) -> None:
         raise InvalidRequest(f"batch must be positive, got {batch}")
 
 
-class _Evaluator:
-    """A context for `n_seq` chunks at once; `nll` evaluates up to that many and scores their second halves."""
-
-    def __init__(self, model: Model, ctx: int, n_seq: int, threads: int, kv_type: str, flash_attn: str) -> None:
-        self.model, self.ctx_size, self.first = model, ctx, first_scored(ctx)
-        self.ctx = new_context(model, n_ctx=ctx * n_seq, n_batch=ctx * n_seq, n_seq_max=n_seq, threads=threads,
-                               flash_attn=flash_attn, kv_type=kv_type)
-        self.batch = Batch(ctx * n_seq)
-
-    def nll(self, chunks: list[list[int]]) -> np.ndarray:
-        self.batch.clear()
-        for seq_id, chunk in enumerate(chunks):
-            for pos, token in enumerate(chunk):
-                self.batch.add(token, pos, seq_id, self.first <= pos < self.ctx_size - 1)
-        L.llama_memory_clear(L.llama_get_memory(self.ctx), True)
-        status = self.batch.decode(self.ctx)
-        if status != 0:
-            raise LocalrunError(f"perplexity failed: llama_decode returned {status}")
-        rows = self.ctx_size - 1 - self.first
-        logits = np.ctypeslib.as_array(L.llama_get_logits(self.ctx), shape=(len(chunks) * rows, self.model.n_vocab))
-        targets = np.array([chunk[self.first + 1:] for chunk in chunks], dtype=np.int64).reshape(-1)
-        return token_nll(logits, targets)
-
-    def __enter__(self) -> _Evaluator:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.batch.free()
-        L.llama_free(self.ctx)
+def _nll(side: SideContext, n_vocab: int, chunks: list[list[int]], ctx: int) -> np.ndarray:
+    """Evaluate chunks of `ctx` tokens (one sequence each) from an empty cache and score their second halves."""
+    first = first_scored(ctx)
+    side.batch.clear()
+    for seq_id, chunk in enumerate(chunks):
+        for pos, token in enumerate(chunk):
+            side.batch.add(token, pos, seq_id, first <= pos < ctx - 1)
+    side.clear()
+    side.decode()
+    logits = output_logits(side.ctx, len(chunks) * (ctx - 1 - first), n_vocab)
+    targets = np.array([chunk[first + 1:] for chunk in chunks], dtype=np.int64).reshape(-1)
+    return token_nll(logits, targets)
 
 
 __all__ = ["PerplexityResult", "first_scored", "perplexity", "split_chunks", "token_nll"]

@@ -13,12 +13,11 @@ switches a lone row of a lone sequence to a split-KV kernel once the cache holds
 
 from __future__ import annotations
 
-import llama_cpp as L
 import numpy as np
 
-from localrun.engine.backend import Batch, Model, new_context
-from localrun.engine.sampler import log_softmax
-from localrun.errors import LocalrunError
+from localrun.engine.backend import Model
+from localrun.engine.logprobs import log_softmax, logits_at
+from localrun.engine.sidecontext import SideContext
 
 PROBE_TEXT = "The quick brown fox jumps over the lazy dog while the old cat sleeps in the warm sun. "
 PREFIX = 4  # tokens evaluated first, as a prompt would be
@@ -29,32 +28,27 @@ def rows_alike(model: Model, rows: int, *, threads: int, flash_attn: str, kv_typ
     if flash_attn == "on" and kv_type == "f16" and model.gpu_layers == 0:
         return False
     tokens = model.tokenize(PROBE_TEXT * (1 + rows // 8), add_special=True, parse_special=False)[:PREFIX + rows]
-    ctx = new_context(model, n_ctx=max(64, len(tokens)), n_batch=len(tokens), n_seq_max=1, threads=threads,
-                      flash_attn=flash_attn, kv_type=kv_type)
-    batch = Batch(len(tokens))
-    try:
-        one_by_one = _logprobs_after_prefix(model, ctx, batch, tokens, step=1)
-        chunked = _logprobs_after_prefix(model, ctx, batch, tokens, step=rows)
-    finally:
-        batch.free()
-        L.llama_free(ctx)
+    with SideContext(model, "probing how rows are computed", n_ctx=max(64, len(tokens)), n_batch=len(tokens),
+                     n_seq_max=1, threads=threads, flash_attn=flash_attn, kv_type=kv_type) as side:
+        one_by_one = _logprobs_after_prefix(model, side, tokens, step=1)
+        chunked = _logprobs_after_prefix(model, side, tokens, step=rows)
     return all(np.array_equal(a, b) for a, b in zip(one_by_one, chunked))
 
 
-def _logprobs_after_prefix(model: Model, ctx, batch: Batch, tokens: list[int], step: int) -> list[np.ndarray]:
+def _logprobs_after_prefix(model: Model, side: SideContext, tokens: list[int], step: int) -> list[np.ndarray]:
     """From an empty cache: the PREFIX as one chunk, then the rest `step` rows per call, with the
     log-probabilities at each of those rows."""
-    L.llama_memory_clear(L.llama_get_memory(ctx), True)
+    side.clear()
+    batch = side.batch
     spans = [(0, PREFIX)] + [(start, min(start + step, len(tokens))) for start in range(PREFIX, len(tokens), step)]
     out: list[np.ndarray] = []
     for start, end in spans:
         batch.clear()
         for pos in range(start, end):
             batch.add(tokens[pos], pos, 0, start >= PREFIX)
-        if batch.decode(ctx) != 0:
-            raise LocalrunError("llama_decode failed while probing how rows are computed")
+        side.decode()
         if start >= PREFIX:
-            out += [log_softmax(ctx, i, model.n_vocab) for i in range(end - start)]
+            out += [log_softmax(logits_at(side.ctx, i, model.n_vocab)) for i in range(end - start)]
     return out
 
 

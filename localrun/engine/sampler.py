@@ -3,7 +3,7 @@
 The chain order follows llama-cpp-python's `Llama`: logit bias, penalties, then greedy, or top-k,
 typical, top-p, min-p, temperature and a seeded draw. A grammar is kept beside the chain and asked
 about the chosen token only, as llama-server does (see `Sampler.sample`). Log-probabilities come
-from the raw logits over the full vocabulary, before any of those filters.
+from the raw logits over the full vocabulary, before any of those filters (`engine.logprobs`).
 """
 
 from __future__ import annotations
@@ -14,8 +14,9 @@ import random
 import llama_cpp as L
 import numpy as np
 
+from localrun.engine.logprobs import logits_at
 from localrun.errors import InvalidRequest
-from localrun.sampling import MAX_TOP_LOGPROBS, SamplingParams
+from localrun.sampling import SamplingParams
 
 
 class Sampler:
@@ -109,7 +110,7 @@ class Candidates:
     def draw(self, chain, ctx, index: int, first=None) -> tuple[int, float]:
         """Apply `first` (if any) and then the chain to fresh candidates; the selected token and its logit."""
         self.data["id"] = self.ids  # samplers sort in place
-        self.data["logit"] = _logits(ctx, index, self.ids.size)
+        self.data["logit"] = logits_at(ctx, index, self.ids.size)
         self.array.size, self.array.selected, self.array.sorted = self.ids.size, -1, False
         for sampler in (first, chain):
             if sampler is not None:
@@ -136,27 +137,4 @@ def _logit_bias(n_vocab: int, bias: dict[int, float]):
     return L.llama_sampler_init_logit_bias(n_vocab, len(bias), items)
 
 
-def _logits(ctx, index: int, n_vocab: int) -> np.ndarray:
-    """The raw logits at one batch index, as a view into llama.cpp's buffer (valid until the next decode)."""
-    ptr = L.llama_get_logits_ith(ctx, index)
-    return np.ctypeslib.as_array(ctypes.cast(ptr, ctypes.POINTER(ctypes.c_float)), shape=(n_vocab,))
-
-
-def log_softmax(ctx, index: int, n_vocab: int) -> np.ndarray:
-    """Log-probabilities over the full vocabulary from the raw logits at one batch index."""
-    logits = _logits(ctx, index, n_vocab)
-    shifted = logits.astype(np.float64) - logits.max()
-    return shifted - np.log(np.exp(shifted).sum())
-
-
-def top_logprobs(logprobs: np.ndarray, n: int) -> list[tuple[int, float]]:
-    """The `n` most likely tokens (at most MAX_TOP_LOGPROBS), most likely first."""
-    n = min(n, MAX_TOP_LOGPROBS, logprobs.size)
-    if n <= 0:
-        return []
-    best = np.argpartition(logprobs, -n)[-n:]
-    best = best[np.argsort(-logprobs[best], kind="stable")]
-    return [(int(t), float(logprobs[t])) for t in best]
-
-
-__all__ = ["Sampler", "log_softmax", "top_logprobs"]
+__all__ = ["Sampler"]

@@ -7,12 +7,14 @@ prefix with its prompt, so that only the rest is evaluated. When another slot (b
 longer prefix of it, that slot's cache is copied into the free one first; a prompt whose start is
 being evaluated for another sequence right now (the `n` choices of one request, or concurrent
 requests with one long system prompt) waits for that and is then copied, not evaluated twice.
+
+Planning changes no cache: `schedule()` returns the KV cache edits (copies and trims) in the `Plan`,
+in the order the engine must make them before it decodes the plan's chunks.
 """
 
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from localrun.engine.sequence import Sequence, Status
@@ -43,13 +45,28 @@ class Chunk:
     draft: list[int] | tuple[()] = ()
 
 
+@dataclass(frozen=True, slots=True)
+class Trim:
+    """Cut slot `slot`'s cache back to its first `keep` tokens."""
+
+    slot: int
+    keep: int
+
+
+@dataclass(frozen=True, slots=True)
+class Copy:
+    """Make slot `target`'s cache a copy of slot `source`'s."""
+
+    source: int
+    target: int
+
+
 @dataclass(slots=True)
 class Plan:
-    """One step: the chunks to decode, and the slots cut back to a prefix on the way (slot id, tokens kept)."""
+    """One step: the cache edits to make first, in order, then the chunks to decode."""
 
     chunks: list[Chunk] = field(default_factory=list)
-    trims: list[tuple[int, int]] = field(default_factory=list)
-    copies: list[tuple[int, int]] = field(default_factory=list)  # (source slot, destination slot)
+    edits: list[Trim | Copy] = field(default_factory=list)
 
     def batches(self) -> list[list[Chunk]]:
         """The step as `llama_decode` calls: every decode token together, drafts of one length
@@ -102,26 +119,21 @@ def common_prefix(a: list[int], b: list[int]) -> int:
     return n
 
 
-def keep_all(slot_id: int, keep: int) -> int:
-    return keep
-
-
 class Scheduler:
     """Owns the queue and the slots. `schedule()` plans a step; `commit()` records that it ran.
 
-    `trim(slot_id, keep)` cuts a slot's KV cache back to its first `keep` tokens when a new sequence
-    takes the slot, and returns how many it really kept: a cache that cannot drop part of a sequence
-    (sliding-window attention past its window) keeps none. `copy(src, dst)`, when given, makes slot
-    dst's cache a copy of slot src's; without it caches are never shared between slots.
+    `can_cut`: whether a slot's cache can be cut back to a prefix when a new sequence takes the slot;
+    a recurrent model's state cannot, so its slots start over. `share`: whether a slot's cache may be
+    copied into another's; without it caches are never shared between slots.
     """
 
-    def __init__(self, n_slots: int, batch_size: int, trim: Callable[[int, int], int] = keep_all,
-                 copy: Callable[[int, int], None] | None = None, ctx_size: int = 1 << 30) -> None:
+    def __init__(self, n_slots: int, batch_size: int, ctx_size: int = 1 << 30, can_cut: bool = True,
+                 share: bool = False) -> None:
         self.slots = [Slot(i) for i in range(n_slots)]
         self.batch_size = batch_size
         self.ctx_size = ctx_size
-        self.trim = trim
-        self.copy = copy
+        self.can_cut = can_cut
+        self.share = share
         self.waiting: deque[Sequence] = deque()
         self.running: list[Sequence] = []
         self._clock = 0
@@ -181,17 +193,17 @@ class Scheduler:
             slot.tokens.extend(c.seq.tokens[c.start:c.start + c.n - len(c.draft)])
             slot.tokens.extend(c.draft)
 
-    def settle(self, chunk: Chunk, accepted: int) -> None:
-        """The model confirmed the first `accepted` tokens of a chunk's draft: the rest leave the
-        slot's cache (the sequence's next token, sampled after them, is pending as usual)."""
+    def settle(self, chunk: Chunk, accepted: int) -> Trim | None:
+        """The model confirmed the first `accepted` tokens of a chunk's draft: the rest must leave the
+        slot's cache, by the returned trim (the sequence's next token, sampled after them, is pending
+        as usual)."""
         seq, keep = chunk.seq, chunk.start + 1 + accepted
         seq.drafter.adapt(len(chunk.draft), accepted)
-        if keep < chunk.start + chunk.n:
-            kept = self.trim(seq.slot, keep)
-            if kept != keep:
-                raise RuntimeError(f"slot {seq.slot} could not drop a refused draft")
-            del self.slots[seq.slot].tokens[keep:]
         seq.n_evaluated = keep
+        if keep == chunk.start + chunk.n:
+            return None
+        del self.slots[seq.slot].tokens[keep:]
+        return Trim(seq.slot, keep)
 
     def finish(self, seq: Sequence) -> None:
         """Take a sequence out (finished or cancelled); its slot keeps the cache for prefix reuse."""
@@ -210,9 +222,9 @@ class Scheduler:
             seq = self.waiting.popleft()
             self._copy_best_prefix(slot, seq, plan)
             keep = max(0, min(common_prefix(slot.tokens, seq.tokens), seq.n_prompt - MIN_PREFILL))
+            keep = keep if self.can_cut else 0
             if keep < len(slot.tokens):
-                keep = self.trim(slot.id, keep)
-                plan.trims.append((slot.id, keep))
+                plan.edits.append(Trim(slot.id, keep))
                 del slot.tokens[keep:]
             self._clock += 1
             slot.seq, slot.last_used = seq, self._clock
@@ -222,19 +234,18 @@ class Scheduler:
 
     def _prefix_in_flight(self, seq: Sequence) -> bool:
         """Whether a running sequence is still evaluating a long prefix of this one's prompt."""
-        return self.copy is not None and any(
+        return self.share and any(
             other.prefilling and min(common_prefix(other.tokens, seq.tokens), other.n_prompt) >= SHARE_MIN
             for other in self.running)
 
     def _copy_best_prefix(self, slot: Slot, seq: Sequence, plan: Plan) -> None:
         """Copy the cache of the slot sharing the longest prefix with `seq` into `slot`, when that pays."""
-        if self.copy is None:
+        if not self.share:
             return
         shared = [common_prefix(s.tokens, seq.tokens) for s in self.slots]
         source = self.slots[max(range(len(shared)), key=shared.__getitem__)]
         if source is not slot and shared[source.id] >= SHARE_MIN and shared[source.id] > shared[slot.id]:
-            self.copy(source.id, slot.id)
-            plan.copies.append((source.id, slot.id))
+            plan.edits.append(Copy(source.id, slot.id))
             slot.tokens = list(source.tokens)
 
     def _best_slot(self, tokens: list[int]) -> Slot | None:
@@ -256,4 +267,4 @@ class Scheduler:
         return max(free, key=key)
 
 
-__all__ = ["Chunk", "Plan", "Scheduler", "Slot", "common_prefix"]
+__all__ = ["Chunk", "Copy", "Plan", "Scheduler", "Slot", "Trim", "common_prefix"]

@@ -21,14 +21,13 @@ decode per option costs little next to the prompt evaluated once.
 
 from __future__ import annotations
 
-import ctypes
-
 import llama_cpp as L
-import numpy as np
 
-from localrun.engine.backend import Batch, Model, new_context
+from localrun.engine.backend import Model
+from localrun.engine.logprobs import log_softmax, output_logits, top_n
 from localrun.engine.scheduler import common_prefix
-from localrun.errors import ContextOverflow, InvalidRequest, LocalrunError
+from localrun.engine.sidecontext import SideContext
+from localrun.errors import ContextOverflow, InvalidRequest
 
 
 TAIL = 2  # prompt tokens evaluated again with every option (see the module docstring)
@@ -39,10 +38,9 @@ class Scorer:
 
     def __init__(self, model: Model, ctx_size: int, batch_size: int, threads: int) -> None:
         self.model, self.ctx_size, self.batch_size = model, ctx_size, batch_size
-        self.ctx = new_context(model, n_ctx=ctx_size, n_batch=batch_size, n_seq_max=1,
-                               threads=threads, flash_attn="off")
-        self.memory = L.llama_get_memory(self.ctx)
-        self.batch = Batch(batch_size)
+        self.side = SideContext(model, "scoring", n_ctx=ctx_size, n_batch=batch_size, n_seq_max=1, threads=threads,
+                                flash_attn="off")
+        self.memory, self.batch = self.side.memory, self.side.batch
         self.cached: list[int] = []  # the prompt head sequence 0 holds
         self.n_cached = 0  # prompt tokens reused by the last call
 
@@ -66,12 +64,12 @@ class Scorer:
             self.batch.clear()
             for pos in range(start, start + size):
                 self.batch.add(tokens[pos], pos, 0, True)
-            self._decode()
-            logprobs = _log_softmax(self._logits(size))
+            self.side.decode()
+            logprobs = log_softmax(output_logits(self.side.ctx, size, self.model.n_vocab))
             for j in range(size):
                 following = start + j + 1
                 if following < len(tokens):
-                    rows.append((float(logprobs[j, tokens[following]]), _top(logprobs[j], top)))
+                    rows.append((float(logprobs[j, tokens[following]]), top_n(logprobs[j], top)))
         L.llama_memory_seq_rm(self.memory, 0, -1, -1)
         return rows
 
@@ -98,7 +96,7 @@ class Scorer:
             self.batch.clear()
             for pos in range(keep + start, keep + start + size):
                 self.batch.add(head[pos], pos, 0, False)
-            self._decode()
+            self.side.decode()
             self.cached = head[: keep + start + size]
 
     def _score_option(self, tail: list[int], option: list[int], at: int) -> float:
@@ -108,26 +106,13 @@ class Scorer:
         self.batch.clear()
         for j, token in enumerate(tokens):
             self.batch.add(token, at + j, 0, j >= len(tail) - 1)
-        self._decode()
-        rows = _log_softmax(self._logits(len(option)))
+        self.side.decode()
+        rows = log_softmax(output_logits(self.side.ctx, len(option), self.model.n_vocab))
         L.llama_memory_seq_rm(self.memory, 0, at, -1)
         return float(sum(rows[j, token] for j, token in enumerate(option)))
 
-    def _decode(self) -> None:
-        status = self.batch.decode(self.ctx)
-        if status != 0:
-            raise LocalrunError(f"scoring failed: llama_decode returned {status}")
-
-    def _logits(self, n_rows: int) -> np.ndarray:
-        """The logits of the last batch's outputs, in batch order, as an (n_rows, n_vocab) array."""
-        ptr = ctypes.cast(L.llama_get_logits(self.ctx), ctypes.POINTER(ctypes.c_float))
-        return np.ctypeslib.as_array(ptr, shape=(n_rows, self.model.n_vocab))
-
     def close(self) -> None:
-        self.batch.free()
-        if self.ctx:
-            L.llama_free(self.ctx)
-            self.ctx = None
+        self.side.close()
 
 
 def _chunks(n: int, size: int):
@@ -139,19 +124,6 @@ def _chunks(n: int, size: int):
             length -= 1
         yield start, length
         start += length
-
-
-def _top(row: np.ndarray, n: int) -> list[tuple[int, float]]:
-    if n <= 0:
-        return []
-    ids = np.argpartition(row, -n)[-n:]
-    return sorted(((int(i), float(row[i])) for i in ids), key=lambda item: -item[1])
-
-
-def _log_softmax(logits: np.ndarray) -> np.ndarray:
-    x = logits.astype(np.float64)
-    x -= x.max(axis=1, keepdims=True)
-    return x - np.log(np.exp(x).sum(axis=1, keepdims=True))
 
 
 __all__ = ["Scorer"]

@@ -1,6 +1,6 @@
 """`python -m localrun.runner`: host one engine for one model file, speaking the runner protocol.
 
-    python -m localrun.runner --model FILE --fd N [--parallel 4 --ctx-size 4096 ...]
+    python -m localrun.runner --model FILE --fd N --settings JSON   JSON: localrun.config.EngineSettings
     python -m localrun.runner --info        print what this llama.cpp build can do, as JSON
 
 The daemon starts one of these per loaded model (see protocol.py). A crash in here, even an abort
@@ -21,15 +21,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--info", action="store_true", help="print the llama.cpp build's capabilities as JSON and exit")
     p.add_argument("--model", help="GGUF file to load")
     p.add_argument("--fd", type=int, help="inherited socket file descriptor to speak the protocol on")
-    p.add_argument("--parallel", type=int, default=4)
-    p.add_argument("--ctx-size", type=int, default=4096, help="context length per slot")
-    p.add_argument("--batch-size", type=int, default=512)
-    p.add_argument("--threads", type=int, default=None, help="omit for the engine's automatic choice")
-    p.add_argument("--flash-attn", default="auto")
-    p.add_argument("--kv-cache-type", default="f16")
-    p.add_argument("--speculative", type=int, default=0, help="draft length for requests that choose none; 0 = off")
-    p.add_argument("--gpu-layers", type=int, default=None, help="omit to offload all layers when the build can")
-    p.add_argument("--safe-mode", action="store_true", help="plain CPU weights: no repacking, no AMX")
+    p.add_argument("--settings", default="{}", help="EngineSettings as JSON (omitted fields take their defaults)")
     return p
 
 
@@ -80,16 +72,12 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _load(args: argparse.Namespace, channel):
-    from localrun.engine import Engine, EngineSettings
+    from localrun.config import EngineSettings
+    from localrun.engine import Engine
     from localrun.errors import LocalrunError
 
-    settings = EngineSettings(
-        parallel=args.parallel, ctx_size=args.ctx_size, batch_size=args.batch_size, threads=args.threads,
-        flash_attn=args.flash_attn, kv_cache_type=args.kv_cache_type, gpu_layers=args.gpu_layers,
-        speculative=args.speculative, safe_mode=args.safe_mode,
-    )
     try:
-        return Engine(args.model, settings)
+        return Engine(args.model, EngineSettings.from_json(args.settings))
     except LocalrunError as e:
         channel.send({"type": "fatal", "message": e.message})
     except Exception as e:  # anything llama.cpp or the file throws at load time

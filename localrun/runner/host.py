@@ -14,14 +14,14 @@ import sys
 import threading
 import time
 import traceback
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from localrun.engine import Engine, Finished, Request, Token
 from localrun.engine.embed import Truncate
 from localrun.engine.perplexity import perplexity
 from localrun.errors import InvalidRequest, LocalrunError
-from localrun.native import GenerateRequest
+from localrun.native import Delta, Done, GenerateRequest, TokenLogprob, ToolCall, encode_event
 from localrun.runner.prompt import build_grammar, build_prompt
 from localrun.runner.protocol import Channel
 from localrun.sampling import SamplingParams
@@ -46,11 +46,11 @@ class _Choice:
     def visible(self, text: str) -> str:
         return self.holdback.push(text) if self.holdback else text
 
-    def take_calls(self) -> tuple[str, list[dict[str, Any]]]:
+    def take_calls(self) -> tuple[str, list[ToolCall]]:
         """(the held-back text that is not a call, the calls) at the end of the choice."""
         held = self.holdback.finish() if self.holdback else ""
         rest, calls = parse_tool_calls(held, {tool["name"] for tool in self.tools or ()})
-        return unfinished_call_cut(rest), [asdict(call) for call in calls]
+        return unfinished_call_cut(rest), calls
 
 
 class RunnerHost:
@@ -202,11 +202,11 @@ class RunnerHost:
             return
         rows = engine.prompt_logprobs(tokens, message.get("top", 0))
         piece = lambda token: engine.detokenize([token])  # noqa: E731
-        items = [[piece(tokens[0]), None, []]] + [
-            [piece(token), logprob, [[piece(alt), lp] for alt, lp in top]]
+        items = [TokenLogprob(piece(tokens[0]), None)] + [
+            TokenLogprob(piece(token), logprob, [(piece(alt), lp) for alt, lp in top])
             for token, (logprob, top) in zip(tokens[1:], rows)
         ]
-        self._result(rid, {"tokens": items})
+        self._result(rid, {"tokens": [item.to_wire() for item in items]})
 
     def _op_health(self, rid: str, message: dict[str, Any]) -> None:
         self._result(rid, {"running": len(self.choices)})
@@ -229,17 +229,14 @@ class RunnerHost:
         del self.choices[event.request_id]
         rest, calls = choice.take_calls()
         out = [self._delta(choice, rest, [])] if rest else []
-        out.append({
-            "type": "done", "id": choice.request_id, "index": choice.index,
-            "finish_reason": "tool_calls" if calls else event.reason, "timings": event.timings.to_dict(),
-            "text": "".join(choice.text), "tool_calls": calls, "stop_sequence": event.stop_text,
-            "context": choice.context,
-        })
+        done = Done(choice.index, "tool_calls" if calls else event.reason, event.timings, "".join(choice.text), calls,
+                    event.stop_text, choice.context)
+        out.append(encode_event(choice.request_id, done))
         return out
 
-    def _delta(self, choice: _Choice, text: str, logprobs: list[Any]) -> dict[str, Any]:
+    def _delta(self, choice: _Choice, text: str, logprobs: list[TokenLogprob]) -> dict[str, Any]:
         choice.text.append(text)
-        return {"type": "delta", "id": choice.request_id, "index": choice.index, "text": text, "logprobs": logprobs}
+        return encode_event(choice.request_id, Delta(choice.index, text, logprobs))
 
 
 def internal_error(error: Exception) -> LocalrunError:
@@ -250,14 +247,13 @@ def internal_error(error: Exception) -> LocalrunError:
                          "the model goes on serving the others")
 
 
-def _logprobs(engine: Engine, event: Token) -> list[Any]:
-    """[text, logprob, top, bytes]: the token's own bytes too, since one that ends inside a UTF-8
-    character has no text of its own (its text shows U+FFFD)."""
+def _logprobs(engine: Engine, event: Token) -> list[TokenLogprob]:
+    """The token's own bytes go too: one that ends inside a UTF-8 character has no text of its own
+    (its text shows U+FFFD)."""
     if event.logprob is None:
         return []
     raw = engine.model.special_piece(event.token)
-    return [[raw.decode("utf-8", "replace"), event.logprob, [list(alt) for alt in (event.top_logprobs or [])],
-             list(raw)]]
+    return [TokenLogprob(raw.decode("utf-8", "replace"), event.logprob, event.top_logprobs or [], list(raw))]
 
 
 def _reseeded(sampling: SamplingParams, index: int) -> SamplingParams:

@@ -9,13 +9,14 @@ from typing import Any, AsyncIterator
 from fastapi import FastAPI
 
 from localrun import __version__
-from localrun.config import Config
+from localrun.config import Settings
 from localrun.server import errors, metrics, security
+from localrun.server.access_log import AccessLog
 from localrun.server.manager import ModelManager
 
 
-def create_app(config: Config | None = None, store: Any = None, manager: ModelManager | None = None) -> FastAPI:
-    config = config or Config.from_env()
+def create_app(config: Settings | None = None, store: Any = None, manager: ModelManager | None = None) -> FastAPI:
+    config = config or Settings.from_env()
     if store is None:
         from localrun.store import Store
         from localrun.store.download import Guard, Policy
@@ -34,6 +35,7 @@ def create_app(config: Config | None = None, store: Any = None, manager: ModelMa
     errors.install(app)
     security.install(app, config)
     app.add_middleware(metrics.RequestCounter)  # outermost: refused requests are counted too
+    app.add_middleware(AccessLog)  # ... and logged, with the request id header
 
     @app.get("/health", tags=["system"])
     async def health() -> dict[str, Any]:

@@ -14,7 +14,9 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, AsyncIterator
 
-from localrun.native import Delta, Done, Event, GenerateRequest, Timings, TokenLogprob, ToolCall
+from localrun.native import Delta, Done, Event, GenerateRequest, Timings, TokenLogprob, decode_event
+from localrun.server import access_log
+from localrun.server.defaults import with_model_defaults
 from localrun.server.manager import ModelManager
 from localrun.server.metrics import Observer
 from localrun.server.validate import check_generate
@@ -37,7 +39,8 @@ async def start(manager: ModelManager, request: GenerateRequest) -> Generation:
     started = time.perf_counter()
     try:
         loaded = await stack.enter_async_context(manager.lease(request.model, request.num_ctx, request.keep_alive))
-        load_ms = (time.perf_counter() - started) * 1000.0
+        load_ms = (time.perf_counter() - started) * 1000.0  # the one load time: how long this request waited for it
+        request = with_model_defaults(request, loaded.model.defaults)
         stream = loaded.runner.stream("generate", request=request.to_dict())
         stack.push_async_callback(stream.aclose)
         accepted = await anext(stream)
@@ -45,6 +48,7 @@ async def start(manager: ModelManager, request: GenerateRequest) -> Generation:
         await stack.aclose()
         raise
     observer = Observer(loaded.model.name, started, accepted["prompt_tokens"])
+    access_log.note(prompt_tokens=accepted["prompt_tokens"])
     return Generation(accepted["prompt_tokens"], _events(stack, stream, load_ms, observer))
 
 
@@ -52,24 +56,13 @@ async def _events(stack: contextlib.AsyncExitStack, stream: AsyncIterator[dict[s
                   load_ms: float, observer: Observer) -> AsyncIterator[Event]:
     async with stack:
         async for message in stream:
-            event = _event(message, load_ms)
+            event = decode_event(message)
+            if isinstance(event, Done):
+                event.timings.load_ms = load_ms
             observer.see(event)  # the one place tokens, TTFT and speed are counted, for every dialect
+            if isinstance(event, Done):
+                access_log.note(generated_tokens=event.timings.generated_tokens)
             yield event
-
-
-def _event(message: dict[str, Any], load_ms: float) -> Event:
-    if message["type"] == "delta":
-        return Delta(message["index"], message["text"], [
-            TokenLogprob(token, logprob, [(alt, lp) for alt, lp in top], *raw)
-            for token, logprob, top, *raw in message["logprobs"]
-        ])
-    timings = Timings.from_dict(message["timings"])
-    timings.load_ms = load_ms
-    return Done(
-        index=message["index"], finish_reason=message["finish_reason"], timings=timings, text=message["text"],
-        tool_calls=[ToolCall(**call) for call in message["tool_calls"]], stop_sequence=message["stop_sequence"],
-        context=message.get("context"),
-    )
 
 
 @dataclass(slots=True)

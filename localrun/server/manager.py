@@ -16,24 +16,25 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import dataclasses
 import logging
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, AsyncIterator, Awaitable, Callable, Iterator
 
-from localrun.config import Config
+from localrun.config import EngineSettings, Settings
 from localrun.durations import parse_duration
 from localrun.errors import DaemonUnavailable, InvalidRequest, LoadCrashed, Overloaded
 from localrun.safe_mode import SafeModeMemory
+from localrun.server import access_log
 from localrun.server.memory import estimate_bytes, memory_budget
-from localrun.server.runner_process import RunnerOptions, RunnerProcess
+from localrun.server.defaults import context_size
+from localrun.server.runner_process import RunnerProcess
 
 log = logging.getLogger("localrun.manager")
 
 REAP_INTERVAL_S = 1.0
 
-Spawn = Callable[[Any, RunnerOptions], Awaitable[RunnerProcess]]
+Spawn = Callable[[Any, EngineSettings], Awaitable[RunnerProcess]]
 
 
 @dataclass(slots=True, eq=False)
@@ -42,7 +43,7 @@ class Loaded:
 
     model: Any
     runner: RunnerProcess
-    options: RunnerOptions
+    options: EngineSettings
     size: int
     keep_alive: float
     pending: int = 0  # admitted requests: running plus queued in the runner
@@ -91,7 +92,7 @@ def _seen(task: asyncio.Task[Any]) -> None:
 
 
 class ModelManager:
-    def __init__(self, config: Config, store: Any, spawn: Spawn | None = None,
+    def __init__(self, config: Settings, store: Any, spawn: Spawn | None = None,
                  safe_mode: SafeModeMemory | None = None) -> None:
         self.config = config
         self.store = store
@@ -99,25 +100,23 @@ class ModelManager:
         self.safe_mode = safe_mode or SafeModeMemory()
         self.loaded: dict[str, Loaded] = {}  # by blob digest
         self.loading: dict[str, _Loading] = {}  # by blob digest, while its runner starts
-        self.default_keep_alive = parse_duration(config.keep_alive)
+        self.default_keep_alive = config.keep_alive
         self.budget = memory_budget(config.memory_budget)
         self._reaper: asyncio.Task[None] | None = None
         self.closing = False
 
-    def options(self, num_ctx: int | None) -> RunnerOptions:
-        c = self.config
-        return RunnerOptions(
-            parallel=c.parallel, ctx_size=num_ctx or c.ctx_size, batch_size=c.batch_size,
-            threads=None if c.threads == "auto" else int(c.threads), flash_attn=c.flash_attn,
-            kv_cache_type=c.kv_cache_type, speculative=c.speculative,
-            gpu_layers=None if c.gpu_layers == "auto" else int(c.gpu_layers), safe_mode=self.safe_mode.needed,
-        )
+    def options(self, num_ctx: int | None) -> EngineSettings:
+        """The server's engine settings, with the request's context size when it asks for one, in safe
+        mode when this build on this CPU needs it."""
+        return replace(self.config.engine, ctx_size=num_ctx or self.config.engine.ctx_size,
+                       safe_mode=self.safe_mode.needed)
 
     @contextlib.asynccontextmanager
     async def lease(self, name: str, num_ctx: int | None = None, keep_alive: Any = None) -> AsyncIterator[Loaded]:
         """The loaded model for `name`, admitted for one request; released (keep-alive starts) on exit."""
         keep = self.default_keep_alive if keep_alive is None else parse_duration(keep_alive)
         loaded = await self._acquire(name, num_ctx, keep)
+        access_log.note(model=loaded.model.name)
         try:
             yield loaded
         finally:
@@ -130,9 +129,10 @@ class ModelManager:
             asyncio.get_running_loop().create_task(self._unload_if_idle(loaded))
 
     async def _acquire(self, name: str, num_ctx: int | None, keep: float) -> Loaded:
+        model = await asyncio.to_thread(self.store.resolve, name)  # reads manifests and GGUF headers: off the loop
         if self.closing:
             raise DaemonUnavailable("the server is shutting down")
-        model = self.store.resolve(name)
+        num_ctx = context_size(num_ctx, model.defaults)
         check_context(model, num_ctx)
         loaded = self.loaded.get(model.digest)
         if loaded is not None and not self._stale(loaded, num_ctx):
@@ -145,12 +145,12 @@ class ModelManager:
         loaded.keep_alive = keep
         return loaded
 
-    def _options_after(self, previous: Loaded | None, num_ctx: int | None) -> RunnerOptions:
+    def _options_after(self, previous: Loaded | None, num_ctx: int | None) -> EngineSettings:
         """The options for a new runner: safe mode when the one it replaces died of SIGILL."""
         options = self.options(num_ctx)
         if previous is not None and previous.runner.death_signal == "SIGILL":
             log.warning("%s: its runner died of SIGILL; loading it again in safe mode", previous.model.name)
-            return dataclasses.replace(options, safe_mode=True)
+            return replace(options, safe_mode=True)
         return options
 
     def _stale(self, loaded: Loaded, num_ctx: int | None) -> bool:
@@ -169,7 +169,7 @@ class ModelManager:
 
     # -- loading --------------------------------------------------------------------------------
 
-    def _start_load(self, model: Any, options: RunnerOptions, stale: Loaded | None) -> _Loading:
+    def _start_load(self, model: Any, options: EngineSettings, stale: Loaded | None) -> _Loading:
         """Decide now (room, victims) and start the load as a task of its own; the stale runner of this
         model, if any, and the evicted ones are closed by that task before the new runner starts."""
         retired = [stale] if stale is not None and self._detach(stale) else []
@@ -187,7 +187,7 @@ class ModelManager:
         self.loading[model.digest] = loading
         return loading
 
-    async def _load(self, model: Any, options: RunnerOptions, loading: _Loading, retired: list[Loaded]) -> Loaded:
+    async def _load(self, model: Any, options: EngineSettings, loading: _Loading, retired: list[Loaded]) -> Loaded:
         try:
             for old in retired:
                 log.info("unloading %s", old.model.name)
@@ -215,7 +215,7 @@ class ModelManager:
         self._ensure_reaper()
         return loaded
 
-    async def _start_runner(self, model: Any, options: RunnerOptions) -> RunnerProcess:
+    async def _start_runner(self, model: Any, options: EngineSettings) -> RunnerProcess:
         """Start the runner. When it dies of a signal while loading (a build for another CPU, a kernel
         that faults here), retry once in safe mode; when that works, remember it for this build and CPU."""
         try:
@@ -224,7 +224,7 @@ class ModelManager:
             if options.safe_mode:
                 raise
             log.warning("%s: %s; retrying once in safe mode (no weight repacking, no AMX)", model.name, e.message)
-            runner = await self.spawn(model.path, dataclasses.replace(options, safe_mode=True))
+            runner = await self.spawn(model.path, replace(options, safe_mode=True))
             self.safe_mode.remember(e.message)
             log.warning("%s loaded in safe mode; later loads with this llama.cpp build on this CPU start in safe "
                         "mode (%s lists it; delete it after rebuilding llama-cpp-python)", model.name, self.safe_mode.path)
@@ -322,7 +322,8 @@ class ModelManager:
 
     async def unload_name(self, name: str) -> bool:
         """Expire `name` if it is loaded (keep_alive 0 with an empty prompt)."""
-        return await self.expire(self.store.resolve(name).digest)
+        model = await asyncio.to_thread(self.store.resolve, name)
+        return await self.expire(model.digest)
 
     def _ensure_reaper(self) -> None:
         if self._reaper is None or self._reaper.done():
@@ -338,10 +339,14 @@ class ModelManager:
                 if expired or (loaded.idle and not loaded.runner.alive):
                     await self._unload_if_idle(loaded)
 
-    def begin_shutdown(self) -> None:
-        """Admit nothing more and end every request in flight with a clear error (SIGTERM), so that
-        streams get their final error event now instead of being cut when the graceful wait runs out."""
+    def begin_shutdown(self, drain_s: float = 0.0) -> None:
+        """Admit nothing more (SIGTERM) and give the requests in flight `drain_s` seconds to finish; then
+        end the rest with a clear error, so that streams get a final error event before the server's
+        own graceful wait runs out and cuts them."""
         self.closing = True
+        asyncio.get_running_loop().call_later(max(0.0, drain_s), self._end_in_flight)
+
+    def _end_in_flight(self) -> None:
         for loaded in self.loaded.values():
             loaded.runner.fail_all("the server is shutting down", "DaemonUnavailable")
 

@@ -19,11 +19,10 @@ import os
 import signal
 import socket
 import sys
-import time
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, AsyncIterator, Callable, Iterable
 
+from localrun.config import EngineSettings
 from localrun.cpu_features import crash_hint
 from localrun.errors import LoadCrashed, ModelLoadError, RunnerCrashed, error_class
 from localrun.runner.protocol import encode
@@ -34,44 +33,14 @@ STDERR_TAIL = 20
 LOAD_TIMEOUT_S = 300.0
 
 
-@dataclass(frozen=True, slots=True)
-class RunnerOptions:
-    """The runner's command-line settings (see `python -m localrun.runner --help`)."""
-
-    parallel: int = 4
-    ctx_size: int = 4096
-    batch_size: int = 512
-    threads: int | None = None
-    flash_attn: str = "auto"
-    kv_cache_type: str = "f16"
-    speculative: int = 0
-    gpu_layers: int | None = None
-    safe_mode: bool = False
-
-    def argv(self) -> list[str]:
-        args = [
-            "--parallel", str(self.parallel), "--ctx-size", str(self.ctx_size), "--batch-size", str(self.batch_size),
-            "--flash-attn", self.flash_attn, "--kv-cache-type", self.kv_cache_type,
-            "--speculative", str(self.speculative),
-        ]
-        if self.threads is not None:
-            args += ["--threads", str(self.threads)]
-        if self.gpu_layers is not None:
-            args += ["--gpu-layers", str(self.gpu_layers)]
-        if self.safe_mode:
-            args.append("--safe-mode")
-        return args
-
-
 class RunnerProcess:
     """One live runner. Create with `await RunnerProcess.start(path, options)`."""
 
-    def __init__(self, proc: asyncio.subprocess.Process, path: Path, options: RunnerOptions) -> None:
+    def __init__(self, proc: asyncio.subprocess.Process, path: Path, options: EngineSettings) -> None:
         self.proc, self.path, self.options = proc, path, options
         self._transport: asyncio.Transport | None = None
         self._ready: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
         self.info: dict[str, Any] = {}
-        self.load_ms = 0.0
         self._queues: dict[str, asyncio.Queue[dict[str, Any]]] = {}
         self._ids = itertools.count()
         self._stderr: collections.deque[str] = collections.deque(maxlen=STDERR_TAIL)
@@ -80,13 +49,12 @@ class RunnerProcess:
         self._tasks: list[asyncio.Task[None]] = []
 
     @classmethod
-    async def start(cls, path: Path, options: RunnerOptions) -> RunnerProcess:
+    async def start(cls, path: Path, options: EngineSettings) -> RunnerProcess:
         parent, child = socket.socketpair()
-        started = time.perf_counter()
         try:
             proc = await asyncio.create_subprocess_exec(
                 sys.executable, "-m", "localrun.runner", "--model", str(path), "--fd", str(child.fileno()),
-                *options.argv(), pass_fds=(child.fileno(),), stdin=asyncio.subprocess.DEVNULL,
+                "--settings", options.to_json(), pass_fds=(child.fileno(),), stdin=asyncio.subprocess.DEVNULL,
                 stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.PIPE, start_new_session=True,
             )
         finally:
@@ -96,7 +64,6 @@ class RunnerProcess:
         runner._transport, _ = await loop.create_unix_connection(lambda: _Lines(runner._line, runner._eof), sock=parent)
         runner._tasks.append(asyncio.create_task(runner._read_stderr()))
         await runner._handshake()
-        runner.load_ms = (time.perf_counter() - started) * 1000.0
         return runner
 
     @property
@@ -106,10 +73,6 @@ class RunnerProcess:
     @property
     def alive(self) -> bool:
         return self._death is None and self.proc.returncode is None
-
-    @property
-    def active(self) -> int:
-        return len(self._queues)
 
     async def _handshake(self) -> None:
         try:

@@ -30,12 +30,11 @@ from urllib.parse import urlsplit
 from starlette.middleware.cors import CORSMiddleware
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from localrun.config import Config
+from localrun.config import Settings
 from localrun.errors import UsageError
 from localrun.hosts import is_loopback, split_host
 from localrun.server.body import BodyLimits
 from localrun.server.errors import error_response
-from localrun.server.memory import parse_size
 
 OPEN_PATHS = frozenset({"/health", "/"})
 OPEN_PREFIX = "/ui/"  # the chat page's files (server/web): public, they ship in the package
@@ -85,8 +84,8 @@ class Limits:
     max_inputs: int
 
     @classmethod
-    def from_config(cls, config: Config) -> Limits:
-        return cls(parse_size(config.max_body), config.max_messages, config.max_tokens, config.max_inputs)
+    def from_config(cls, config: Settings) -> Limits:
+        return cls(config.max_body, config.max_messages, config.max_tokens, config.max_inputs)
 
     def check(self, data: Any) -> str | None:
         """Why a parsed request body is refused, or None. Field names cover every dialect."""
@@ -111,7 +110,7 @@ class Limits:
         return None
 
 
-def check_bind(host: str, config: Config, insecure: bool) -> None:
+def check_bind(host: str, config: Settings, insecure: bool) -> None:
     """Refuse to serve a non-loopback address without an API key, unless the user insists."""
     if is_loopback(split_host(host)) or config.api_keys or insecure:
         return
@@ -153,7 +152,7 @@ class KeyGuard:
         self.app, self.keys = app, keys
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        path = scope["path"]
+        path = scope.get("path", "")  # a lifespan scope has none
         if scope["type"] == "http" and self.keys and path not in OPEN_PATHS and not path.startswith(OPEN_PREFIX):
             if not key_matches(presented_key(_headers(scope)), self.keys):
                 response = error_response(scope["path"], 401, "missing or invalid API key: send it as "
@@ -163,7 +162,7 @@ class KeyGuard:
         await self.app(scope, receive, send)
 
 
-def install(app: Any, config: Config) -> None:
+def install(app: Any, config: Settings) -> None:
     """Add the guards to `app`; `config.host` must be the address the daemon is bound to."""
     origins = origin_pattern(config.origins)
     # Starlette runs the last added middleware first: add from the inside out.

@@ -51,10 +51,9 @@ class Guard:
 
     @classmethod
     def from_env(cls) -> Guard:
-        mirror = config.raw("LOCALRUN_MIRROR")
+        mirror = config.read("LOCALRUN_MIRROR")
         host = urlsplit(mirror if "://" in mirror else f"http://{mirror}").hostname if mirror else None
-        allow = config.raw("LOCALRUN_ALLOW_PRIVATE_PULL").strip().lower() not in ("", "0", "false", "no")
-        return cls(frozenset({host} if host else ()), allow)
+        return cls(frozenset({host} if host else ()), config.read("LOCALRUN_ALLOW_PRIVATE_PULL"))
 
     def check(self, request: httpx.Request) -> None:
         url = request.url

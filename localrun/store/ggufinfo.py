@@ -53,8 +53,29 @@ def read_info(path: Path, label: str = "") -> ModelInfo:
         return _info(reader)
     except NotGGUF:
         raise
+    except _Truncated as cut:
+        raise NotGGUF(f"{label} is a truncated GGUF file: {cut}") from None
     except Exception as e:  # gguf raises ValueError, IndexError, struct errors ... on bad files
         raise NotGGUF(f"{label} is not a valid GGUF file: {e}") from None
+
+
+class _Truncated(Exception):
+    """The file ends before what its header describes (a download or copy cut short)."""
+
+
+def _size_needed(data_offset: int, tensor_fields: list[Any]) -> int:
+    """Where the last tensor's bytes end, from the tensor infos (as gguf's reader lays them out)."""
+    from gguf import GGML_QUANT_SIZES, GGMLQuantizationType
+
+    end = data_offset
+    for field in tensor_fields:
+        _, _, _, dims, raw_type, offset = field.parts
+        block_size, type_size = GGML_QUANT_SIZES[GGMLQuantizationType(int(raw_type[0]))]
+        elements = 1
+        for dim in dims.tolist():
+            elements *= int(dim)
+        end = max(end, data_offset + int(offset[0]) + elements * type_size // block_size)
+    return end
 
 
 @functools.cache
@@ -76,6 +97,28 @@ def _reader_class() -> type:
         @data.setter
         def data(self, mapped: Any) -> None:
             self._plain = mapped.view(np.ndarray)
+
+        def _get(self, offset: int, dtype: Any, count: int = 1, override_order: Any = None) -> Any:
+            """A read past the end means a cut file: said in words (numpy would say "index 0 is out of
+            bounds" or "When changing to a larger dtype, its size must be a divisor ...")."""
+            try:
+                got = super()._get(offset, dtype, count, override_order)
+            except ValueError:
+                got = None  # a cut view numpy could not reinterpret
+            if got is None or len(got) < int(count):  # checked after the read: this runs per vocabulary entry
+                if offset + np.dtype(dtype).itemsize * int(count) > len(self._plain):
+                    raise _Truncated(f"it ends after {len(self._plain)} bytes, inside its metadata")
+                return super()._get(offset, dtype, count, override_order)
+            return got
+
+        def _build_tensors(self, start_offs: int, fields: list[Any]) -> None:
+            try:
+                needed = _size_needed(start_offs, fields)
+            except (KeyError, ValueError):  # an unknown tensor type: the reader's own check says so
+                needed = 0
+            if needed > len(self._plain):
+                raise _Truncated(f"{len(self._plain)} of {needed} bytes")
+            super()._build_tensors(start_offs, fields)
 
     return Reader
 

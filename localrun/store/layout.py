@@ -2,7 +2,8 @@
 
     <root>/blobs/sha256-<hex>            verified GGUF files, named by content; never partial
     <root>/manifests/<part>/.../<tag>    one JSON manifest per name:tag
-    <root>/partial/<key>.partial         downloads in progress (resumable), with <key>.lock beside
+    <root>/partial/<key>.partial         downloads in progress (resumable); <key>.lock while one is held
+    <root>/info/sha256-<hex>.json        the parsed GGUF facts of a file (`show`), a cache
 
 A blob enters `blobs/` only by an atomic rename after its digest was checked, and a manifest is
 written (temp file + fsync + rename) only after its blob is in place, so a crash at any point
@@ -33,12 +34,16 @@ class Layout:
         self.blobs = root / "blobs"
         self.manifests = root / "manifests"
         self.partial = root / "partial"
+        self.infos = root / "info"
 
     def blob(self, digest: str) -> Path:
         match = _DIGEST.fullmatch(digest)
         if not match:
             raise StoreError(f"invalid digest {digest!r}")
         return self.blobs / f"sha256-{match.group(1)}"
+
+    def info(self, digest: str) -> Path:
+        return self.infos / f"{self.blob(digest).name}.json"
 
     def manifest(self, name: Name) -> Path:
         return self.manifests.joinpath(*name.relpath().parts)

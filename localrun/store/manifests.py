@@ -10,7 +10,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
+import re
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from datetime import datetime
@@ -95,14 +97,39 @@ def remove_manifest(layout: Layout, name: Name) -> None:
 
 def iter_manifests(layout: Layout) -> Iterator[Manifest]:
     """Every readable manifest; temp files and unreadable ones are skipped, so `list` never fails."""
+    for path in _manifest_paths(layout):
+        with contextlib.suppress(OSError, *_UNREADABLE):
+            yield Manifest.from_json(path.read_bytes())
+
+
+def referenced_digests(layout: Layout) -> set[str]:
+    """The blobs some name uses. A manifest that does not parse (a hand edit, a torn disk) keeps every
+    digest it mentions, and one that cannot be read stops the collection (OSError): garbage collection
+    must never delete a file a name may still point at."""
+    digests: set[str] = set()
+    for path in _manifest_paths(layout):
+        raw = path.read_bytes()
+        try:
+            manifest = Manifest.from_json(raw)
+        except _UNREADABLE:
+            digests.update(f"sha256:{hex_}" for hex_ in _DIGEST.findall(raw.decode("ascii", "replace")))
+            continue
+        if not manifest.link:
+            digests.add(manifest.digest)
+    return digests
+
+
+_UNREADABLE = (ValueError, KeyError, TypeError, InvalidName)
+_DIGEST = re.compile(r"sha256[:-]([0-9a-f]{64})")
+
+
+def _manifest_paths(layout: Layout) -> Iterator[Path]:
+    """Every manifest file (temp files, whose names start with a dot, are not manifests yet)."""
     if not layout.manifests.is_dir():
         return
     for path in sorted(layout.manifests.rglob("*")):
         if path.is_file() and not path.name.startswith("."):
-            try:
-                yield Manifest.from_json(path.read_bytes())
-            except (OSError, ValueError, KeyError, TypeError, InvalidName):
-                continue
+            yield path
 
 
 def _rmdir_if_empty(path: Path) -> bool:
@@ -113,4 +140,5 @@ def _rmdir_if_empty(path: Path) -> bool:
         return False
 
 
-__all__ = ["Link", "Manifest", "iter_manifests", "read_manifest", "remove_manifest", "write_manifest"]
+__all__ = ["Link", "Manifest", "iter_manifests", "read_manifest", "referenced_digests", "remove_manifest",
+           "write_manifest"]

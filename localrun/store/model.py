@@ -42,6 +42,11 @@ class ModelInfo:
         return {**asdict(self.facts), "chat_template": self.chat_template,
                 "special_tokens": dict(self.special_tokens), "metadata": dict(self.metadata)}
 
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> ModelInfo:
+        return cls(Facts.from_dict(data), data.get("chat_template", ""), dict(data.get("special_tokens", {})),
+                   dict(data.get("metadata", {})))
+
 
 @dataclass(frozen=True, slots=True)
 class Model:

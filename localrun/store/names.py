@@ -4,7 +4,7 @@ Grammar (case-insensitive keywords; whitespace around the reference is ignored):
 
     reference := hf | url | path | name
     hf        := ("hf.co" | "huggingface.co") "/" part "/" part [":" quant]     quant defaults to Q4_K_M
-    url       := ("https://" | "http://") host "/" ... ".gguf"
+    url       := ("https://" | "http://") host "/" ... ".gguf"                   other schemes are refused
     path      := "/" ... | "./" ... | "../" ... | "~" ... | ... ".gguf"         a local file
     name      := part ("/" part){0,3} [":" tag]                               tag defaults to "latest"
     part, tag := [A-Za-z0-9] [A-Za-z0-9._-]{0,79}, with no ".." inside
@@ -31,6 +31,7 @@ MAX_REFERENCE = 512
 _PART = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,79}")
 _QUANT = re.compile(r"(?i)(I?Q[1-8](_[A-Z0-9]+)*|T?Q[12]_0|BF16|F16|F32|FP16)")
 _SLUG_BAD = re.compile(r"[^a-z0-9._-]+")
+_SCHEME = re.compile(r"([a-z][a-z0-9+.-]*)://")
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,10 +72,12 @@ def parse_reference(text: str) -> Reference:
     lowered = text.lower()
     if lowered.startswith(("https://", "http://")):
         return _parse_url(text)
+    if scheme := _SCHEME.match(lowered):
+        raise InvalidName(f"unsupported URL scheme {scheme.group(1)!r} in {text!r}: use an https:// or http:// URL")
     if lowered.split("/", 1)[0] in HF_HOSTS and "/" in text:
         return _parse_hf(text)
     if _looks_like_path(text):
-        return Reference("path", slug_name(PurePosixPath(text.replace("\\", "/")).name), path=text)
+        return Reference("path", slug_name(PurePosixPath(text.replace("\\", "/")).name or text), path=text)
     return Reference("name", parse_name(text))
 
 

@@ -21,17 +21,17 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 
-from filelock import FileLock, Timeout
-
 from localrun import config, paths
 from localrun.errors import ChecksumMismatch, DiskFull, LocalrunError, ModelNotFound, StoreError, UsageError
+from localrun.store import infocache, locks
 from localrun.store.catalogue import Entry, load_catalogue
 from localrun.store.download import Download, Policy
 from localrun.store.ggufinfo import read_info
 from localrun.store.hub import hf_lookup
 from localrun.store.digests import hash_file
 from localrun.store.layout import Layout, digest_key, install_blob, url_key
-from localrun.store.manifests import Link, Manifest, iter_manifests, read_manifest, remove_manifest, write_manifest
+from localrun.store.manifests import (Link, Manifest, iter_manifests, read_manifest, referenced_digests,
+                                      remove_manifest, write_manifest)
 from localrun.store.model import Model, ModelInfo, PullProgress
 from localrun.store.names import Name, Reference, parse_name, parse_reference
 from localrun.store.sources import Remote, catalogue_remote, rewrite_host
@@ -60,7 +60,7 @@ class Store:
 
     def show(self, ref: str) -> ModelInfo:
         model = self.resolve(ref)
-        return read_info(model.path, model.name)
+        return infocache.model_info(self.layout, model.digest, model.path, model.name)
 
     # --- changes -------------------------------------------------------------------------------
 
@@ -99,23 +99,36 @@ class Store:
                 manifest = self._commit(target, digest, self._validate(path, digest, target), path)
         return self._model(manifest)
 
-    def remove(self, ref: str) -> None:
-        """Delete a model's manifest and every blob no manifest references any more."""
+    def check_unused(self, name: str) -> None:
+        """Refuse a name that already names a model, before work that would replace it (quantize's
+        result); the caller's --force skips this."""
+        old = read_manifest(self.layout, parse_name(name))
+        if old is not None:
+            raise _taken(old)
+
+    def remove(self, ref: str) -> list[str]:
+        """Delete a model's manifest and every blob no manifest references any more. Returns the
+        other names that still use its file (its runner must stay loaded for them)."""
         manifest = self._find(parse_reference(ref))
         if manifest is None:
-            raise self._not_pulled(ref)
+            raise self._not_pulled(ref, pull_hint=False)
         with _os_errors(), self._lock("gc"):
             remove_manifest(self.layout, manifest.name)
             self._collect_garbage()
+            return [str(m.name) for m in iter_manifests(self.layout) if m.digest == manifest.digest]
 
-    def copy(self, src: str, dst: str) -> Model:
-        """Give a present model a second name; both point at the same blob."""
+    def copy(self, src: str, dst: str, *, force: bool = False) -> Model:
+        """Give a present model a second name; both point at the same blob. A name that already points
+        at another file is replaced only with `force` (its blob is collected when no name uses it)."""
         manifest = self._find(parse_reference(src))
         if manifest is None:
             raise self._not_pulled(src)
         copy = Manifest(parse_name(dst), manifest.digest, manifest.size, manifest.source, _now(),
                         manifest.facts, manifest.link, manifest.defaults, manifest.origin)
         with _os_errors(), self._lock("gc"):
+            old = read_manifest(self.layout, copy.name)
+            if old is not None and not force and old.digest != manifest.digest:
+                raise _taken(old)
             self._replace_manifest(copy)
         return self._model(copy)
 
@@ -139,17 +152,32 @@ class Store:
         if reference.kind == "path":
             return None  # a local file may have changed under the same name: always re-import
         manifest = self._find(reference)
-        if manifest is None or manifest.link or not self.layout.blob(manifest.digest).is_file():
+        if manifest is not None and manifest.link:
+            if reference.kind != "name":
+                return None  # a download or Hub pull of the same name replaces the link
+            self._check_file(manifest, Path(manifest.link.path))  # nothing to fetch: used in place
+            return manifest
+        if manifest is None or not self.layout.blob(manifest.digest).is_file():
             return None
         if reference.kind == "url" and manifest.source != reference.url:
             return None
         return manifest
 
-    def _not_pulled(self, ref: str) -> ModelNotFound:
+    def _not_pulled(self, ref: str, pull_hint: bool = True) -> ModelNotFound:
+        """The error for a name the store lacks. `localrun pull REF` is offered only for what a pull could
+        fetch (a catalogue name, a Hub repo, a URL), and never by `rm`: a typo gets the close names instead."""
         local = [m.name.removesuffix(":latest") for m in self.list()]
         close = load_catalogue().suggest(ref, local)
-        hint = f"; did you mean {', '.join(close)}?" if close else ""
-        return ModelNotFound(f"model {ref!r} is not pulled: run `localrun pull {ref}`{hint}")
+        if not pull_hint:
+            close = [name for name in close if name in local]
+        reference = parse_reference(ref)
+        fetchable = reference.kind in ("hf", "url") or load_catalogue().find(reference.name) is not None
+        if pull_hint and fetchable:
+            return ModelNotFound(f"model {ref!r} is not pulled: run `localrun pull {ref}`")
+        if close:
+            return ModelNotFound(f"model {ref!r} is not pulled; did you mean {', '.join(close)}?")
+        where = "" if not pull_hint or fetchable else ", and the catalogue has no such model"
+        return ModelNotFound(f"model {ref!r} is not pulled{where} (`localrun list` shows the models here)")
 
     def _model(self, manifest: Manifest, check: bool = False) -> Model:
         path = Path(manifest.link.path) if manifest.link else self.layout.blob(manifest.digest)
@@ -175,7 +203,7 @@ class Store:
             return self._from_file(reference, link, emit)
         if reference.kind == "name":
             return self._from_catalogue(reference, emit)
-        mirror = config.raw("LOCALRUN_MIRROR")
+        mirror = config.read("LOCALRUN_MIRROR")
         with self.policy.client() as client:
             if reference.kind == "hf":
                 remote = hf_lookup(client, reference.repo, reference.quant, mirror)
@@ -189,16 +217,19 @@ class Store:
             close = load_catalogue().suggest(str(reference.name))
             hint = f"; did you mean {', '.join(close)}?" if close else " (see models.toml)"
             raise ModelNotFound(f"model {str(reference.name).removesuffix(':latest')!r} is not in the catalogue{hint}")
-        defaults = {"num_ctx": entry.ctx}
+        # The catalogue's `ctx` is the model's trained context, not a default to load with: as a default
+        # num_ctx it would beat LOCALRUN_CTX_SIZE (server/defaults.py) with up to 131072 tokens a slot.
         bundled = _package_file(entry)
         if bundled:
-            return self._import(bundled, entry.sha256, _Target(entry.name, f"package:{entry.package}", emit, defaults))
-        target = _Target(entry.name, catalogue_remote(entry).url, emit, defaults)
+            return self._import(bundled, entry.sha256, _Target(entry.name, f"package:{entry.package}", emit))
+        target = _Target(entry.name, catalogue_remote(entry).url, emit)
         with self.policy.client() as client:
-            return self._download(client, catalogue_remote(entry, config.raw("LOCALRUN_MIRROR")), target)
+            return self._download(client, catalogue_remote(entry, config.read("LOCALRUN_MIRROR")), target)
 
     def _from_file(self, reference: Reference, link: bool, emit: Progress) -> Manifest:
         path = Path(reference.path).expanduser().resolve()
+        if path.is_dir():
+            raise UsageError(f"{path} is a directory; pull takes one .gguf file")
         if not path.is_file():
             raise ModelNotFound(f"no such file: {path}")
         target = _Target(reference.name, f"file:{path}", emit)
@@ -264,6 +295,7 @@ class Store:
             manifest = Manifest(target.name, digest, size, target.source, _now(), info.facts, link, target.defaults,
                                 target.origin)
             self._replace_manifest(manifest)
+            infocache.save(self.layout, digest, info)  # the parse that validated it serves `show` too
         return manifest
 
     def _replace_manifest(self, manifest: Manifest) -> None:
@@ -279,34 +311,15 @@ class Store:
     def _lock(self, key: str, on_wait: Callable[[], None] | None = None) -> Iterator[None]:
         """An inter-process lock; `on_wait` is called once if another holder makes us wait."""
         self.layout.partial.mkdir(parents=True, exist_ok=True)
-        lock = FileLock(str(self.layout.lock_file(_stripe(key))))
-        try:
-            lock.acquire(timeout=0)
-        except Timeout:
-            if on_wait:
-                on_wait()
-            lock.acquire()
-        try:
+        with locks.hold(self.layout.lock_file(key), on_wait):
             yield
-        finally:
-            lock.release()
 
     def _collect_garbage(self) -> None:
-        referenced = {m.digest for m in iter_manifests(self.layout) if not m.link}
+        referenced = referenced_digests(self.layout)
         for digest in list(self.layout.blob_digests()):
             if digest not in referenced:
                 self.layout.blob(digest).unlink(missing_ok=True)
-
-
-def _stripe(key: str) -> str:
-    """The lock file a key shares with 1/256 of the keys of its kind ("url-3fa9..." -> "url-3f").
-
-    A lock file stays behind when its lock is released (deleting it while another process waits on it
-    would let two processes hold the lock), so one per distinct URL or name piled up without end, a
-    thing any client of /api/pull could do. Striped, there are at most 256 per kind; two pulls whose
-    keys share a stripe merely take turns. No pull holds two locks of one kind, so nothing deadlocks."""
-    kind, dash, rest = key.partition("-")
-    return f"{kind}-{rest[:2]}" if dash else key  # "gc" has no hash
+        infocache.drop_unused(self.layout, referenced | {m.digest for m in iter_manifests(self.layout)})
 
 
 @dataclass(frozen=True, slots=True)
@@ -346,6 +359,11 @@ def _os_errors() -> Iterator[None]:
         if e.errno == errno.ENOSPC:
             raise DiskFull(f"disk full while writing {e.filename or 'the model'}") from None
         raise StoreError(f"{e.strerror or e}: {e.filename or ''}".rstrip(": ")) from None
+
+
+def _taken(old: Manifest) -> UsageError:
+    return UsageError(f"{old.name} already names another model ({old.digest.removeprefix('sha256:')[:12]}); "
+                      f"`localrun rm {old.name}` first, or give --force to replace it")
 
 
 def _short_hash(text: str) -> str:

@@ -131,21 +131,16 @@ async def _pull_progress(store: Any, ref: str) -> AsyncIterator[str]:
 @router.delete("/api/delete")
 async def delete(body: ModelRequest, request: Request) -> Response:
     """Remove the model and unload its runner: at once when idle, else when its requests in flight
-    finish (Ollama's expiry; nothing is cut off). Its blob may stay open until then, which is fine.
-    A runner that another name still uses (`cp` made a copy) stays loaded."""
+    finish (Ollama's expiry; nothing is cut off). Its blob may stay open until then, which is fine."""
     store = request.app.state.store
     try:
         digest = (await asyncio.to_thread(store.resolve, body.model)).digest
     except LocalrunError:  # not present (remove says so) or a linked file gone (so never loaded)
         digest = None
-    await asyncio.to_thread(store.remove, body.model)
-    if digest is not None and not await asyncio.to_thread(_still_named, store, digest):
-        await request.app.state.manager.expire(digest)  # not when another name (a copy) still uses the file
+    still_used_by = await asyncio.to_thread(store.remove, body.model)
+    if digest is not None and not still_used_by:  # another name for the same file keeps its runner
+        await request.app.state.manager.expire(digest)
     return Response(status_code=200)
-
-
-def _still_named(store: Any, digest: str) -> bool:
-    return any(model.digest == digest for model in store.list())
 
 
 @router.post("/api/copy")
@@ -204,7 +199,7 @@ async def _answer(request: Request, body: Body, translate: Callable[[Any, int], 
     if t.is_load_only(body):
         reason = await _load(manager, body)
         return t.load_answer(body, reason, time.perf_counter_ns() - started)
-    native = translate(body, request.app.state.config.ctx_size)
+    native = translate(body, request.app.state.config.engine.ctx_size)
     if body.stream:
         gen = await generation.start(manager, native)
         return ndjson_stream(_lines(gen, body.model, piece, final, started), _stream_error)

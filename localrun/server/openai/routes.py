@@ -138,7 +138,7 @@ async def _prompt_logprobs(manager: Any, body: CompletionRequest, prompt: str) -
     """The prompt's own tokens with their log-probabilities (echo + logprobs)."""
     async with manager.lease(body.model, body.num_ctx, body.keep_alive) as loaded:
         value = await loaded.runner.call("prompt_logprobs", prompt=prompt, top=body.logprobs)
-    return [TokenLogprob(token, logprob, [(alt, lp) for alt, lp in top]) for token, logprob, top in value["tokens"]]
+    return [TokenLogprob.from_wire(item) for item in value["tokens"]]
 
 
 async def _completion_chunks(gen: generation.Generation, body: CompletionRequest, include_usage: bool,
