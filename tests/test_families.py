@@ -237,10 +237,9 @@ def test_every_family_reads_the_generic_call_a_forced_tool_choice_writes(name):
 
 
 @pytest.mark.parametrize("name, expected", [
-    ("Qwen-Qwen2.5-7B-Instruct", ["completion", "tools"]),
-    ("Qwen-Qwen3-0.6B", ["completion", "tools", "thinking"]),
-    ("openai-gpt-oss-120b", ["completion", "tools", "thinking", "thinking_always"]),
-    ("google-gemma-2-2b-it", ["completion"]),
+    ("Qwen-Qwen2.5-7B-Instruct", ["completion", "tools", "embedding"]),
+    ("Qwen-Qwen3-0.6B", ["completion", "tools", "embedding", "thinking"]),
+    ("openai-gpt-oss-120b", ["completion", "tools", "embedding", "thinking", "thinking_always"]),
 ])
 def test_api_show_capabilities_say_whether_a_model_thinks_and_whether_it_can_stop(name, expected):
     from types import SimpleNamespace

@@ -55,6 +55,14 @@ def parse_tool_calls(text: str, names: Collection[str] | None = None,
     return ("".join(kept).strip(), calls) if calls else (text, [])
 
 
+def unfinished_call_cut(text: str, markers: tuple[str, ...] = MARKERS) -> str:
+    """The text before the first call marker left in it: in an answer cut off (by max_tokens, a stop
+    string), what follows a marker that did not parse is a call cut short, whose raw markup must never
+    reach a client. (A complete answer keeps a malformed call as text instead.)"""
+    found = [at for at in (text.find(marker) for marker in markers) if at >= 0]
+    return text[:min(found)].rstrip() if found else text
+
+
 def _bare_calls(text: str, names: Collection[str] | None) -> tuple[list[ToolCall], int]:
     """JSON calls at the start of the text, one after another (separated by whitespace or ';')."""
     calls: list[ToolCall] = []
@@ -123,4 +131,4 @@ def _skip(text: str, pos: int, chars: str) -> int:
 
 
 __all__ = ["COMMAND_R7B_OPEN", "COMMAND_R_OPEN", "GRANITE_OPEN", "HERMES_CLOSE", "HERMES_OPEN", "MARKERS",
-           "MISTRAL_OPEN", "PYTHON_TAG", "new_call_id", "parse_tool_calls"]
+           "MISTRAL_OPEN", "PYTHON_TAG", "new_call_id", "parse_tool_calls", "unfinished_call_cut"]

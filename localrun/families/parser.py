@@ -14,7 +14,7 @@ from typing import Collection
 
 from localrun.families.family import Family
 from localrun.families.holdback import CallHoldback
-from localrun.families.json_calls import HERMES_OPEN, new_call_id, parse_tool_calls
+from localrun.families.json_calls import HERMES_OPEN, new_call_id, parse_tool_calls, unfinished_call_cut
 from localrun.families.pieces import CALL, REASONING, Piece
 from localrun.native import ToolCall
 
@@ -37,13 +37,17 @@ class OutputParser:
         """(new thinking, new answer text) that can be shown now."""
         return self._route(self._splitter.push(text))
 
-    def finish(self) -> tuple[str, str, list[ToolCall]]:
-        """(the last thinking, the last answer text, every tool call of the choice)."""
+    def finish(self, cut_off: bool = False) -> tuple[str, str, list[ToolCall]]:
+        """(the last thinking, the last answer text, every tool call of the choice). An answer `cut_off`
+        (by max_tokens, a stop string) loses what follows a call marker that did not parse: a call cut
+        short, whose markup must not reach a client; a complete answer keeps a malformed call as text."""
         reasoning, content = self._route(self._splitter.finish())
         held = self._holdback.finish() if self._holdback else ""
         rest, calls = self.family.parse_calls(held, self.names) if held else ("", [])
         if held and not calls:  # a call forced by tool_choice is written in the generic format
             rest, calls = parse_tool_calls(held, self.names, (HERMES_OPEN,))
+        if cut_off and self._holdback:
+            rest = unfinished_call_cut(rest, self._holdback.markers)
         return reasoning, content + rest, self._calls + calls
 
     def _route(self, pieces: list[Piece]) -> tuple[str, str]:

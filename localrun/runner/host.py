@@ -10,8 +10,10 @@ context of its own and can run for minutes, runs on a thread of its own.
 from __future__ import annotations
 
 import queue
+import sys
 import threading
 import time
+import traceback
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -42,6 +44,7 @@ class _Choice:
     text: list[str] = field(default_factory=list)
     reasoning: list[str] = field(default_factory=list)
     thought_tokens: int = 0
+    context: list[int] | None = None  # prompt + generated token ids, when the request wants them back
 
     def over_budget(self) -> bool:
         """True once, when this token makes the thinking reach its budget."""
@@ -101,6 +104,8 @@ class RunnerHost:
             handler(rid, message)
         except LocalrunError as e:
             self._error(rid, e)
+        except Exception as e:  # noqa: BLE001 - one request's bug must not end the others
+            self._error(rid, internal_error(e))
 
     def _error(self, rid: str, error: LocalrunError) -> None:
         self.channel.send({"type": "error", "id": rid, "message": error.message, "error": type(error).__name__})
@@ -113,11 +118,18 @@ class RunnerHost:
         sampling.grammar = build_grammar(request) or sampling.grammar
         tools = active_tools(request.tools, request.tool_choice)
         names = {tool["name"] for tool in tools} if tools else None
-        for index in range(max(1, request.n)):
-            key = f"{rid}#{index}"
-            choice_sampling = sampling if request.n <= 1 or sampling.seed is None else _reseeded(sampling, index)
-            self.engine.add(Request(id=key, prompt=prompt, sampling=choice_sampling, special_text=family.special_text))
-            self.choices[key] = _Choice(rid, index, OutputParser(family, text, names), request.reasoning_budget)
+        keys = [f"{rid}#{index}" for index in range(max(1, request.n))]
+        try:
+            for index, key in enumerate(keys):
+                choice_sampling = sampling if request.n <= 1 or sampling.seed is None else _reseeded(sampling, index)
+                self.engine.add(Request(id=key, prompt=prompt, sampling=choice_sampling, special_text=family.special_text))
+                self.choices[key] = _Choice(rid, index, OutputParser(family, text, names), request.reasoning_budget,
+                                            context=list(prompt) if request.return_context else None)
+        except Exception:
+            for key in keys:  # the choices already queued go too: the request failed as a whole
+                if self.choices.pop(key, None) is not None:
+                    self.engine.cancel(key)
+            raise
         self.channel.send({"type": "accepted", "id": rid, "prompt_tokens": len(prompt)})
 
     def _op_cancel(self, rid: str, message: dict[str, Any]) -> None:
@@ -189,6 +201,9 @@ class RunnerHost:
         """The prompt's own tokens with their log-probabilities (the first has none) and top alternatives."""
         engine = self.engine
         tokens = engine.tokenize(message["prompt"], add_special=True, parse_special=True)
+        if not tokens:  # an empty prompt (for a model that adds no BOS) has nothing to score
+            self._result(rid, {"tokens": []})
+            return
         rows = engine.prompt_logprobs(tokens, message.get("top", 0))
         piece = lambda token: engine.detokenize([token])  # noqa: E731
         items = [TokenLogprob(piece(tokens[0]), None)] + [
@@ -209,6 +224,8 @@ class RunnerHost:
         if choice is None:
             return []
         if isinstance(event, Token):
+            if choice.context is not None:
+                choice.context.append(event.token)
             if choice.over_budget():
                 close = choice.parser.family.close_thought
                 self.engine.force(event.request_id, self.engine.tokenize(close, add_special=False, parse_special=True))
@@ -217,10 +234,10 @@ class RunnerHost:
                 return [self._delta(choice, text, _logprobs(self.engine, event), reasoning)]
             return []
         del self.choices[event.request_id]
-        reasoning, rest, calls = choice.parser.finish()
+        reasoning, rest, calls = choice.parser.finish(cut_off=event.reason == "length" or bool(event.stop_text))
         out = [self._delta(choice, rest, [], reasoning)] if rest or reasoning else []
         done = Done(choice.index, "tool_calls" if calls else event.reason, event.timings, "".join(choice.text), calls,
-                    event.stop_text, "".join(choice.reasoning))
+                    event.stop_text, choice.context, "".join(choice.reasoning))
         out.append(encode_event(choice.request_id, done))
         return out
 
@@ -230,10 +247,21 @@ class RunnerHost:
         return encode_event(choice.request_id, Delta(choice.index, text, logprobs, reasoning))
 
 
+def internal_error(error: Exception) -> LocalrunError:
+    """What the caller of a request that hit a bug in the runner is told: the error's type only (no
+    source lines, no paths); the traceback goes to the runner's stderr, which the daemon logs."""
+    traceback.print_exception(error, file=sys.stderr)
+    return LocalrunError(f"internal error in the runner ({type(error).__name__}); this request was ended, "
+                         "the model goes on serving the others")
+
+
 def _logprobs(engine: Engine, event: Token) -> list[TokenLogprob]:
+    """The token's own bytes go too: one that ends inside a UTF-8 character has no text of its own
+    (its text shows U+FFFD)."""
     if event.logprob is None:
         return []
-    return [TokenLogprob(engine.detokenize([event.token]), event.logprob, event.top_logprobs or [])]
+    raw = engine.model.special_piece(event.token)
+    return [TokenLogprob(raw.decode("utf-8", "replace"), event.logprob, event.top_logprobs or [], list(raw))]
 
 
 def _reseeded(sampling: SamplingParams, index: int) -> SamplingParams:
