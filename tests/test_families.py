@@ -248,3 +248,12 @@ def test_api_show_capabilities_say_whether_a_model_thinks_and_whether_it_can_sto
 
     info = SimpleNamespace(architecture="llama", metadata={}, chat_template=template(name))
     assert capabilities(info) == expected
+
+
+def test_a_call_cut_short_leaves_no_markup_but_a_complete_malformed_one_stays_text():
+    fam = family("Qwen-Qwen2.5-7B-Instruct")
+    for cut_off, expected in ((True, "Let me check.\n"), (False, 'Let me check.\n<tool_call>\n{"name": "get_wea')):
+        parser = OutputParser(fam, "", {"get_weather"})
+        streamed = parser.push('Let me check.\n<tool_call>\n{"name": "get_wea')[1]
+        _, rest, calls = parser.finish(cut_off=cut_off)
+        assert (streamed + rest, calls) == (expected, [])
