@@ -13,6 +13,8 @@ from localrun.config import Settings
 from localrun.server import errors, metrics, security
 from localrun.server.access_log import AccessLog
 from localrun.server.manager import ModelManager
+from localrun.upstream import backends
+from localrun.upstream.pool import Upstreams
 
 
 def create_app(config: Settings | None = None, store: Any = None, manager: ModelManager | None = None) -> FastAPI:
@@ -21,10 +23,12 @@ def create_app(config: Settings | None = None, store: Any = None, manager: Model
         from localrun.store import Store
 
         store = Store()
-    manager = manager or ModelManager(config, store)
+    manager = manager or ModelManager(config, store, upstreams=_upstreams())
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        if manager.upstreams is not None:
+            await manager.upstreams.start()
         yield
         await manager.close()
 
@@ -59,3 +63,9 @@ def create_app(config: Settings | None = None, store: Any = None, manager: Model
     app.include_router(perplexity)
     app.include_router(score)
     return app
+
+
+def _upstreams() -> Upstreams | None:
+    """The backends of backends.toml in the config directory, when it declares any."""
+    declared = backends.load().backends
+    return Upstreams(list(declared.values())) if declared else None

@@ -60,7 +60,9 @@ async def version() -> dict[str, str]:
 @router.get("/api/tags")
 async def tags(request: Request) -> dict[str, Any]:
     models = await asyncio.to_thread(request.app.state.store.list)
-    return {"models": [t.tag(m) for m in models]}
+    upstreams = request.app.state.manager.upstreams
+    remote = [t.upstream_tag(m) for m in upstreams.models()] if upstreams else []
+    return {"models": [t.tag(m) for m in models] + remote}
 
 
 @router.post("/api/show")
