@@ -151,6 +151,14 @@ def test_the_turns_of_one_conversation_stay_on_the_replica_that_holds_its_prefix
     assert sorted(_count_after(replicas, before, 3)) == [0, 3]
 
 
+def test_doctor_checks_each_replica_of_the_backend(front):
+    out = subprocess.run([sys.executable, "-m", "localrun", "doctor", "--json"], env={**front.env(), "UPSTREAM_KEY": UPSTREAM_KEY},
+                         capture_output=True, text=True, timeout=120)
+    (gpu,) = json.loads(out.stdout)["backends"]
+    assert [r["ok"] for r in gpu["replicas"]] == [True, True] and gpu["api_key_set"] is True
+    assert all("remote-smollm:latest" in r["models"] for r in gpu["replicas"])
+
+
 def test_an_operation_the_upstream_api_lacks_is_a_clear_400(front):
     response = httpx.post(f"{front.url}/v1/embeddings", headers={"Authorization": f"Bearer {FRONT_KEY}"},
                           json={"model": REMOTE, "input": "hi"}, timeout=30)

@@ -15,12 +15,13 @@ reads it at start. A key is read from the environment when a request is sent and
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 from urllib.parse import urlsplit
 
 from localrun.durations import parse_duration
@@ -55,6 +56,28 @@ class Backend:
     def headers(self) -> dict[str, str]:
         key = self.api_key()
         return {"Authorization": f"Bearer {key}"} if key else {}
+
+    def summary(self) -> dict[str, Any]:
+        """What `backend list --json` and `doctor` show: everything but the key itself."""
+        return {"name": self.name, "urls": list(self.urls), "models": list(self.models),
+                "api_key_env": self.api_key_env, "api_key_set": self.api_key() is not None,
+                "connect_timeout": self.connect_timeout, "timeout": self.timeout,
+                "max_concurrent": self.max_concurrent, "health_interval": self.health_interval}
+
+    def check(self) -> list[dict[str, Any]]:
+        """Ask each replica's /models now (doctor): reachable, and which models it lists, or why not."""
+        import httpx
+
+        results = []
+        for url in self.urls:
+            try:
+                response = httpx.get(url + "/models", headers=self.headers(), timeout=self.connect_timeout)
+                response.raise_for_status()
+                ids = [str(m.get("id")) for m in response.json().get("data") or [] if isinstance(m, dict)]
+                results.append({"url": url, "ok": True, "models": ids})
+            except (httpx.HTTPError, ValueError, AttributeError) as e:
+                results.append({"url": url, "ok": False, "error": str(e) or type(e).__name__})
+        return results
 
     def to_toml(self) -> str:
         lines = [f"[backends.{self.name}]", f"url = {_list(self.urls) if len(self.urls) > 1 else _str(self.urls[0])}"]
@@ -109,6 +132,19 @@ def load(path: Path | None = None) -> BackendsFile:
     if not isinstance(tables, dict) or set(data) - {"backends"}:
         raise UsageError(f"{path}: expected only [backends.NAME] tables")
     return BackendsFile(path, {name: parse(name, table, where=str(path)) for name, table in tables.items()})
+
+
+@contextlib.contextmanager
+def editing(path: Path | None = None) -> Iterator[BackendsFile]:
+    """The file to change in the `with` block, saved at its end, under a lock against other editors."""
+    from filelock import FileLock
+
+    path = path or default_path()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with FileLock(str(path.with_name(f".{path.name}.lock"))):
+        file = load(path)
+        yield file
+        file.save()
 
 
 def parse(name: str, table: Any, where: str = FILE) -> Backend:
@@ -180,4 +216,4 @@ def _list(items: tuple[str, ...]) -> str:
     return "[" + ", ".join(_str(item) for item in items) + "]"
 
 
-__all__ = ["Backend", "BackendsFile", "FILE", "default_path", "load", "normalize_url", "parse"]
+__all__ = ["Backend", "BackendsFile", "FILE", "default_path", "editing", "load", "normalize_url", "parse"]
