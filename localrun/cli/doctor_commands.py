@@ -81,7 +81,7 @@ def backends_report() -> list[dict[str, Any]]:
 
 
 _SHOWN = ("system_info", "supports_gpu_offload", "devices", "default_threads", "cpu", "cpu_missing",
-          "extra_buffer_types")
+          "extra_buffer_types", "rpc", "rpc_hint")
 
 
 def safe_mode_report() -> str:
@@ -104,7 +104,8 @@ def render(data: dict[str, Any]) -> str:
                   f"  devices          {', '.join(map(str, devices)) if devices else 'none'}",
                   f"  default threads  {build.get('default_threads', '?')}",
                   f"  system info      {build.get('system_info', '')}",
-                  f"  weight buffers   {', '.join(build.get('extra_buffer_types') or []) or 'plain CPU only'}"]
+                  f"  weight buffers   {', '.join(build.get('extra_buffer_types') or []) or 'plain CPU only'}",
+                  f"  RPC backend      {'yes (localrun worker, serve --rpc)' if build.get('rpc') else 'no: ' + str(build.get('rpc_hint'))}"]
         lines += [f"  {k:<16} {v}" for k, v in build.items() if k not in _SHOWN]
         lines += ["", "CPU features"] + [f"  {line}" for line in build.get("cpu", [])]
         if data.get("safe_mode"):

@@ -118,12 +118,17 @@ def drop_extra_buffer_type(name: str) -> bool:
 class Model:
     """A loaded GGUF model and its vocabulary."""
 
-    def __init__(self, path: str, gpu_layers: int | None, safe_mode: bool = False) -> None:
+    def __init__(self, path: str, gpu_layers: int | None, safe_mode: bool = False, rpc: tuple[str, ...] = ()) -> None:
         init_backend()
         params = L.llama_model_default_params()
         offload = L.llama_supports_gpu_offload()
         self.gpu_layers = (999 if offload else 0) if gpu_layers is None else (gpu_layers if offload else 0)
         params.n_gpu_layers = self.gpu_layers
+        if rpc:  # the layers go to these workers (and any local GPU); see engine/rpc.py
+            from localrun.engine.rpc import offload_devices
+
+            self._devices = offload_devices(list(rpc))  # referenced for as long as llama.cpp may read it
+            params.devices = ctypes.cast(self._devices, ctypes.c_void_p)
         params.use_extra_bufts = not safe_mode  # safe mode: plain CPU weights, no repacking, no AMX
         self.ptr = L.llama_model_load_from_file(path.encode(), params)
         if not self.ptr:

@@ -54,7 +54,7 @@ class Engine:
     def __init__(self, model_path: str, settings: EngineSettings | None = None) -> None:
         self.settings = settings = settings or EngineSettings()  # checked when it was built
         self.cpu_plan = init_backend()
-        self.model = Model(model_path, settings.gpu_layers, settings.safe_mode)
+        self.model = Model(model_path, settings.gpu_layers, settings.safe_mode, settings.rpc)
         self._tuner = ThreadTuner(physical_cores()) if settings.threads is None else None
         self._threads = self._tuner.threads if self._tuner else settings.threads
         self.flash_attn = resolve_flash_attn(settings.flash_attn, settings.kv_cache_type, L.llama_supports_gpu_offload())
