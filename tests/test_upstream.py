@@ -63,7 +63,7 @@ def _openai(d):
 
 def _chat(d, model=REMOTE, key=FRONT_KEY, messages=HELLO):
     return httpx.post(f"{d.url}/v1/chat/completions", headers={"Authorization": f"Bearer {key}"},
-                      json={"model": model, "messages": messages, **GREEDY}, timeout=60)
+                      json={"model": model, "messages": messages, **GREEDY}, timeout=300)
 
 
 def _served(replicas) -> list[int]:
@@ -165,17 +165,38 @@ def test_an_operation_the_upstream_api_lacks_is_a_clear_400(front):
     assert response.status_code in (400, 404) and "gpu" in response.text or REMOTE in response.text
 
 
-def test_one_replica_killed_the_other_answers_every_request(front, replicas):
-    replicas[0].proc.kill()
-    replicas[0].proc.wait()
+def _admitted(replica) -> int:
+    """Requests the replica's model holds right now (its /metrics)."""
+    text = httpx.get(f"{replica.url}/metrics", headers={"Authorization": f"Bearer {UPSTREAM_KEY}"}).text
+    return sum(int(float(line.rsplit(" ", 1)[1])) for line in text.splitlines()
+               if line.startswith("localrun_requests_admitted{"))
+
+
+def test_a_stream_cut_by_its_replica_dying_ends_with_an_error_and_is_not_retried(front, replicas):
+    body = {"model": REMOTE, "messages": [{"role": "user", "content": "Write a long story."}], "stream": True,
+            "max_tokens": 400, "ignore_eos": True, "temperature": 0}
+    with httpx.stream("POST", f"{front.url}/v1/chat/completions", json=body, timeout=300,
+                      headers={"Authorization": f"Bearer {FRONT_KEY}"}) as response:
+        lines = response.iter_lines()
+        next(line for line in lines if '"content":"' in line.replace(" ", "") and '"content":""' not in line.replace(" ", ""))
+        (serving,) = [r for r in replicas if _admitted(r) > 0]
+        serving.proc.kill()
+        serving.proc.wait()
+        rest = [line for line in lines if line.startswith("data:")]
+    errors = [json.loads(line[5:]) for line in rest if '"error"' in line]
+    assert errors and "backend gpu" in errors[-1]["error"]["message"] and "not retried" in errors[-1]["error"]["message"]
+
+
+def test_with_one_replica_killed_the_other_answers_every_request(front, replicas):
     for _ in range(3):
         response = _chat(front)
         assert response.status_code == 200, response.text
 
 
 def test_both_killed_every_dialect_gets_a_502_naming_the_backend_and_local_models_still_work(front, replicas):
-    replicas[1].proc.kill()
-    replicas[1].proc.wait()
+    for replica in replicas:
+        replica.proc.kill()
+        replica.proc.wait()
     headers = {"Authorization": f"Bearer {FRONT_KEY}", "x-api-key": FRONT_KEY}
     calls = {
         "openai": ("/v1/chat/completions", {"model": REMOTE, "messages": HELLO}),
