@@ -104,5 +104,8 @@ def test_a_worker_killed_mid_answer_is_a_clear_error_and_the_daemon_survives(spl
         workers[0].kill()
         workers[0].wait()
         rest = [line for line in lines if line.startswith("data:")]
-    assert any('"error"' in line for line in rest), rest[-3:]
+    errors = [json.loads(line[5:])["error"] for line in rest if '"error"' in line]
+    assert errors and "RPC server crashed" in errors[-1]["message"], rest[-3:]  # it was computing on that worker
     assert httpx.get(f"{front.url}/health").json()["status"] == "ok"
+    again = httpx.post(f"{front.url}/v1/completions", json=PROMPT, timeout=300)
+    assert again.status_code == 500 and "is not reachable" in again.json()["error"]["message"]
