@@ -133,6 +133,8 @@ def test_ollama_chat_reaches_the_upstream_streamed_and_not(front):
     parts = list(client.chat(model=REMOTE, messages=HELLO, options=options, stream=True))
     assert whole.message.content and "".join(p.message.content for p in parts) == whole.message.content
     assert parts[-1].eval_count > 0 and parts[-1].prompt_eval_count > 0
+    assert client.generate(model=REMOTE, prompt="Say hi.", options=options).response
+    assert client.show(REMOTE).modelfile.startswith(f"# {REMOTE} is served by backend gpu")
 
 
 def test_conversations_spread_over_both_replicas(front, replicas):

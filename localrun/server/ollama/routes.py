@@ -67,6 +67,9 @@ async def tags(request: Request) -> dict[str, Any]:
 
 @router.post("/api/show")
 async def show(body: ShowRequest, request: Request) -> dict[str, Any]:
+    route = await request.app.state.manager.upstream(body.model)
+    if route is not None:
+        return t.upstream_show(route.model)
     store = request.app.state.store
     model = await asyncio.to_thread(store.resolve, body.model)
     return t.show(model, await asyncio.to_thread(store.show, body.model))
