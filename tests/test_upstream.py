@@ -15,11 +15,14 @@ import time
 
 import anthropic
 import httpx
+import jsonschema
 import ollama
 import openai
 import pytest
 
 from tests.daemon import MODEL, start_daemon
+from tests.test_anthropic_api import anthropic_tool
+from tests.tool_fixtures import ADD
 
 REMOTE = "remote-smollm"
 FRONT_KEY, UPSTREAM_KEY = "front-secret", "upstream-secret"
@@ -124,6 +127,17 @@ def test_anthropic_messages_reach_an_openai_only_upstream(front):
     assert message.content[0].text and message.usage.output_tokens > 0
     with client.messages.stream(model=REMOTE, max_tokens=12, messages=HELLO, extra_body={"temperature": 0}) as stream:
         assert "".join(stream.text_stream) == message.content[0].text
+
+
+def test_a_tool_call_crosses_from_anthropic_to_an_openai_upstream_and_back(front):
+    """The Claude Code path: Anthropic tools in, OpenAI tools upstream, tool_calls back as tool_use."""
+    client = anthropic.Anthropic(base_url=front.url, api_key=FRONT_KEY, max_retries=0)
+    message = client.messages.create(model=REMOTE, max_tokens=80, tools=[anthropic_tool(ADD)], tool_choice={"type": "tool", "name": "add"},
+                                     messages=[{"role": "user", "content": "What is 2 plus 3?"}],
+                                     extra_body={"temperature": 0})
+    [use] = message.content
+    assert (use.type, use.name, message.stop_reason) == ("tool_use", "add", "tool_use")
+    jsonschema.validate(use.input, ADD["parameters"])
 
 
 def test_ollama_chat_reaches_the_upstream_streamed_and_not(front):
