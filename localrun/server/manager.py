@@ -347,7 +347,9 @@ class ModelManager:
         return True
 
     async def unload_name(self, name: str) -> bool:
-        """Expire `name` if it is loaded (keep_alive 0 with an empty prompt)."""
+        """Expire `name` if it is loaded (keep_alive 0 with an empty prompt); an upstream model never is."""
+        if await self.upstream(name) is not None:
+            return False
         model = await asyncio.to_thread(self.store.resolve, name)
         return await self.expire(model.digest)
 
