@@ -173,3 +173,16 @@ def test_the_turns_of_a_conversation_share_a_key_and_other_conversations_do_not(
     other = [{"role": "system", "content": "s"}, {"role": "user", "content": "bye"}]
     assert conversation_key("m", first, None) == conversation_key("m", later, None)
     assert conversation_key("m", first, None) != conversation_key("m", other, None)
+
+
+def test_a_model_served_by_two_backends_is_listed_once_with_both_and_routes_to_all_their_replicas():
+    from localrun.upstream.pool import Upstreams
+
+    a = backends.parse("a", {"url": ["http://a1/v1", "http://a2/v1"], "models": ["llama:70b"]})
+    b = backends.parse("b", {"url": "http://b1/v1"})  # discovers its models
+    upstreams = Upstreams([a, b])
+    upstreams.replicas[2].models = ("llama:70b", "qwen:latest")
+    listed = {m.name: (m.backends, m.declared) for m in upstreams.models()}
+    assert listed == {"llama:70b": (("a", "b"), True), "qwen:latest": (("b",), False)}
+    assert [r.url for r in upstreams.route("llama:70b").replicas] == ["http://a1/v1", "http://a2/v1", "http://b1/v1"]
+    assert upstreams.route("qwen").model.upstream_id == "qwen:latest" and upstreams.route("nope") is None

@@ -19,7 +19,7 @@ import contextlib
 import json
 import logging
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, AsyncIterator
 
 import httpx
@@ -66,17 +66,19 @@ class Upstreams:
     # -- which models live where ------------------------------------------------------------------
 
     def models(self) -> list[UpstreamModel]:
-        """Every upstream model once, declared ones first, in the file's order."""
-        found: dict[str, UpstreamModel] = {}
+        """Every upstream model once, in the file's order, with every backend that serves it."""
+        found: list[UpstreamModel] = []
         for replica in self.replicas:
-            declared = replica.backend.models
-            for name in declared or replica.models:
-                known = next((m for key, m in found.items() if _same(key, name)), None)
-                backends = (known.backends if known else ()) + (
-                    (replica.backend.name,) if not known or replica.backend.name not in known.backends else ())
-                found[known.name if known else name] = UpstreamModel(
-                    known.name if known else name, name, backends, bool(declared) or bool(known and known.declared))
-        return list(found.values())
+            backend = replica.backend
+            for name in backend.models or replica.models:
+                i = next((i for i, m in enumerate(found) if _same(m.name, name)), None)
+                if i is None:
+                    found.append(UpstreamModel(name, name, (backend.name,), bool(backend.models)))
+                elif backend.name not in found[i].backends or backend.models:
+                    m = found[i]
+                    found[i] = replace(m, backends=tuple(dict.fromkeys((*m.backends, backend.name))),
+                                       declared=m.declared or bool(backend.models))
+        return found
 
     def route(self, name: str) -> Route | None:
         """The replicas serving `name`, or None when no backend has it."""
