@@ -186,3 +186,33 @@ def test_a_model_served_by_two_backends_is_listed_once_with_both_and_routes_to_a
     assert listed == {"llama:70b": (("a", "b"), True), "qwen:latest": (("b",), False)}
     assert [r.url for r in upstreams.route("llama:70b").replicas] == ["http://a1/v1", "http://a2/v1", "http://b1/v1"]
     assert upstreams.route("qwen").model.upstream_id == "qwen:latest" and upstreams.route("nope") is None
+
+
+def test_a_health_check_opens_the_circuit_of_a_failing_replica_and_closes_it_when_it_answers_again():
+    """HTTP swapped at the transport (the one seam Upstreams takes): /models fails, then answers."""
+    import asyncio
+
+    import httpx
+
+    from localrun.upstream.pool import Upstreams
+
+    answers = iter([httpx.Response(503), httpx.Response(200, json={"data": [{"id": "m1"}]})])
+    seen: list[httpx.Request] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        seen.append(request)
+        return next(answers)
+
+    b = backends.parse("b", {"url": "http://b1/v1", "api_key_env": "B_KEY"})
+    upstreams = Upstreams([b], transport=httpx.MockTransport(handler))
+    replica = upstreams.replicas[0]
+
+    async def run() -> None:
+        await upstreams.check(replica)
+        assert replica.state == "down" and "503" in replica.last_error and upstreams.models() == []
+        await upstreams.check(replica)
+        assert replica.state == "up" and replica.models == ("m1",) and replica.available(0.0)
+        await upstreams.close()
+
+    asyncio.run(run())
+    assert str(seen[0].url) == "http://b1/v1/models"
