@@ -19,13 +19,12 @@ import os
 import socket
 import threading
 
-from localrun.engine.backend import ggml_function, init_backend
+from localrun.engine.backend import DEV_CPU, DEV_GPU, DEV_IGPU, ggml_function, init_backend, local_devices
 from localrun.errors import ModelLoadError, UsageError
 
 REBUILD = ('this llama-cpp-python was built without llama.cpp\'s RPC backend; rebuild it with '
            'CMAKE_ARGS="-DGGML_RPC=on" pip install --force-reinstall --no-cache-dir llama-cpp-python '
            '(add your GPU flag, e.g. -DGGML_CUDA=on, to the same CMAKE_ARGS)')
-_CPU, _GPU, _ACCEL, _IGPU = 0, 1, 2, 3  # enum ggml_backend_dev_type
 
 _vp = ctypes.c_void_p
 
@@ -57,13 +56,6 @@ def _devices_of(reg: int) -> list[int]:
     return [get(reg, i) for i in range(count)]
 
 
-def _local_devices(*types: int) -> list[int]:
-    count = ggml_function("ggml_backend_dev_count", ctypes.c_size_t)()
-    get = ggml_function("ggml_backend_dev_get", _vp, ctypes.c_size_t)
-    kind = ggml_function("ggml_backend_dev_type", ctypes.c_int, _vp)
-    return [dev for dev in (get(i) for i in range(count)) if kind(dev) in types]
-
-
 def offload_devices(endpoints: list[str]) -> ctypes.Array:
     """The NULL-terminated device list for llama_model_params.devices: this machine's GPUs, then every
     device of each RPC worker, in the order given. A worker that does not answer is a ModelLoadError."""
@@ -76,7 +68,7 @@ def offload_devices(endpoints: list[str]) -> ctypes.Array:
         if not found:
             raise ModelLoadError(f"RPC worker {endpoint} did not answer (is `localrun worker` running there?)")
         remote += found
-    devices = _local_devices(_GPU, _IGPU) + remote
+    devices = local_devices(DEV_GPU, DEV_IGPU) + remote
     return (_vp * (len(devices) + 1))(*devices, None)
 
 
@@ -93,7 +85,7 @@ def _reachable(endpoint: str) -> None:
 def serve_worker(host: str, port: int, threads: int | None = None, cache_dir: str | None = None) -> threading.Thread:
     """Start ggml's RPC server on host:port in a daemon thread (it never returns while it serves) and
     return that thread: it ends early only when the server could not start (the port is taken)."""
-    devices = _local_devices(_GPU, _IGPU) or _local_devices(_CPU)
+    devices = local_devices(DEV_GPU, DEV_IGPU) or local_devices(DEV_CPU)
     start = _proc("ggml_backend_rpc_start_server", None, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_size_t,
                   ctypes.c_size_t, ctypes.POINTER(_vp))
     endpoint = (f"[{host}]:{port}" if ":" in host else f"{host}:{port}").encode()
@@ -109,7 +101,7 @@ def serve_worker(host: str, port: int, threads: int | None = None, cache_dir: st
 def device_names() -> list[str]:
     """What a worker lends: its GPUs, else its CPU."""
     name = ggml_function("ggml_backend_dev_description", ctypes.c_char_p, _vp)
-    return [name(d).decode() for d in (_local_devices(_GPU, _IGPU) or _local_devices(_CPU))]
+    return [name(d).decode() for d in (local_devices(DEV_GPU, DEV_IGPU) or local_devices(DEV_CPU))]
 
 
 __all__ = ["REBUILD", "available", "device_names", "offload_devices", "serve_worker"]

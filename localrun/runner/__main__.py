@@ -33,7 +33,7 @@ def build_info() -> dict:
     import llama_cpp
 
     from localrun.engine import rpc
-    from localrun.engine.backend import extra_buffer_types, init_backend, system_info
+    from localrun.engine.backend import extra_buffer_types, has_gpu, init_backend, system_info
     from localrun.engine.settings import physical_cores
 
     plan = init_backend()
@@ -43,7 +43,7 @@ def build_info() -> dict:
         "cpu": plan.lines(),
         "cpu_missing": [f.name for f in plan.missing],
         "extra_buffer_types": extra_buffer_types(),
-        "supports_gpu_offload": bool(llama_cpp.llama_supports_gpu_offload()),
+        "supports_gpu_offload": has_gpu(),
         "supports_mmap": bool(llama_cpp.llama_supports_mmap()),
         "max_devices": int(llama_cpp.llama_max_devices()),
         "cpu_count": os.cpu_count(),
