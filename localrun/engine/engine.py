@@ -15,7 +15,7 @@ from typing import Any
 import llama_cpp as L
 
 from localrun.engine import chat_template
-from localrun.engine.backend import Batch, Model, extra_buffer_types, init_backend, new_context
+from localrun.engine.backend import Batch, Model, extra_buffer_types, has_gpu, init_backend, new_context
 from localrun.engine.detokenizer import Detokenizer
 from localrun.engine.drafts import Drafter
 from localrun.engine.embed import Embedder
@@ -55,10 +55,12 @@ class Engine:
     def __init__(self, model_path: str, settings: EngineSettings | None = None) -> None:
         self.settings = settings = settings or EngineSettings()  # checked when it was built
         self.cpu_plan = init_backend()
-        self.model = Model(model_path, settings.gpu_layers, settings.safe_mode)
+        self.model = Model(model_path, settings.gpu_layers, settings.safe_mode, settings.rpc)
         self._tuner = ThreadTuner(physical_cores()) if settings.threads is None else None
         self._threads = self._tuner.threads if self._tuner else settings.threads
-        self.flash_attn = resolve_flash_attn(settings.flash_attn, settings.kv_cache_type, L.llama_supports_gpu_offload())
+        # RPC workers do not count as a GPU here: they may compute on CPUs, whose flash-attention kernel would
+        # make batched answers differ from solo ones; LOCALRUN_FLASH_ATTN=auto lets llama.cpp choose for them.
+        self.flash_attn = resolve_flash_attn(settings.flash_attn, settings.kv_cache_type, has_gpu())
         self.can_draft = _can_drop_tail(self.model)
         can_cut = not (L.llama_model_is_recurrent(self.model.ptr) or L.llama_model_is_hybrid(self.model.ptr))
         try:
@@ -383,7 +385,7 @@ class Engine:
             "parallel": s.parallel,
             "batch_size": s.batch_size,
             "gpu_layers": m.gpu_layers,
-            "gpu_offload": L.llama_supports_gpu_offload(),
+            "gpu_offload": m.offloads,
             "flash_attn": self.flash_attn,
             "kv_cache_type": s.kv_cache_type,
             "kv_unified": s.kv_unified,

@@ -13,6 +13,8 @@ from localrun.config import Settings
 from localrun.server import errors, metrics, security
 from localrun.server.access_log import AccessLog
 from localrun.server.manager import ModelManager
+from localrun.upstream import backends
+from localrun.upstream.pool import Upstreams
 
 
 def create_app(config: Settings | None = None, store: Any = None, manager: ModelManager | None = None) -> FastAPI:
@@ -22,10 +24,12 @@ def create_app(config: Settings | None = None, store: Any = None, manager: Model
         from localrun.store.download import Guard, Policy
 
         store = Store(policy=Policy(guard=Guard.from_env()))  # pulls for HTTP clients: no private addresses
-    manager = manager or ModelManager(config, store)
+    manager = manager or ModelManager(config, store, upstreams=_upstreams())
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        if manager.upstreams is not None:
+            await manager.upstreams.start()
         yield
         await manager.close()
 
@@ -60,3 +64,9 @@ def create_app(config: Settings | None = None, store: Any = None, manager: Model
     app.include_router(perplexity)
     app.include_router(score)
     return app
+
+
+def _upstreams() -> Upstreams | None:
+    """The backends of backends.toml in the config directory, when it declares any."""
+    declared = backends.load().backends
+    return Upstreams(list(declared.values())) if declared else None

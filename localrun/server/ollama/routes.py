@@ -63,11 +63,16 @@ async def version() -> dict[str, str]:
 @router.get("/api/tags")
 async def tags(request: Request) -> dict[str, Any]:
     models = await asyncio.to_thread(request.app.state.store.list)
-    return {"models": [t.tag(m) for m in models]}
+    upstreams = request.app.state.manager.upstreams
+    remote = [t.upstream_tag(m) for m in upstreams.models()] if upstreams else []
+    return {"models": [t.tag(m) for m in models] + remote}
 
 
 @router.post("/api/show")
 async def show(body: ShowRequest, request: Request) -> dict[str, Any]:
+    route = await request.app.state.manager.upstream(body.model)
+    if route is not None:
+        return t.upstream_show(route.model)
     store = request.app.state.store
     model = await asyncio.to_thread(store.resolve, body.model)
     return t.show(model, await asyncio.to_thread(store.show, body.model))

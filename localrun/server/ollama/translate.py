@@ -192,6 +192,28 @@ def tag(model: Any) -> dict[str, Any]:
             "size": model.size, "digest": digest_hex(model.digest), "details": details(model)}
 
 
+_NO_DETAILS = {"parent_model": "", "format": "", "family": "", "families": None, "parameter_size": "",
+               "quantization_level": ""}
+
+
+def upstream_tag(model: Any) -> dict[str, Any]:
+    """One /api/tags entry for a model another server answers for, marked as Ollama marks its cloud
+    models (`remote_model`, `remote_host`); `remote_host` names the backend of backends.toml."""
+    return {"name": model.name, "model": model.name, "modified_at": "1970-01-01T00:00:00Z", "size": 0, "digest": "",
+            "details": _NO_DETAILS, **_remote(model)}
+
+
+def upstream_show(model: Any) -> dict[str, Any]:
+    """/api/show for an upstream model: where it lives; its weights and template are the upstream's."""
+    return {"license": "", "modelfile": f"# {model.name} is served by backend {', '.join(model.backends)}\n",
+            "parameters": "", "template": "", "details": _NO_DETAILS, "model_info": {},
+            "capabilities": ["completion", "tools"], "modified_at": "1970-01-01T00:00:00Z", **_remote(model)}
+
+
+def _remote(model: Any) -> dict[str, str]:
+    return {"remote_model": model.upstream_id, "remote_host": f"backend:{','.join(model.backends)}"}
+
+
 def show(model: Any, info: Any) -> dict[str, Any]:
     """/api/show: the model's license, template, parameters, a Modelfile, GGUF metadata, capabilities."""
     parameters = "\n".join(f"{key:<15} {value}" for key, value in model.defaults.items())
