@@ -13,6 +13,7 @@ from localrun.config import Settings
 from localrun.server import errors, metrics, security
 from localrun.server.access_log import AccessLog
 from localrun.server.manager import ModelManager
+from localrun.server.responses.store import ResponseStore
 
 
 def create_app(config: Settings | None = None, store: Any = None, manager: ModelManager | None = None) -> FastAPI:
@@ -29,8 +30,9 @@ def create_app(config: Settings | None = None, store: Any = None, manager: Model
         await manager.close()
 
     app = FastAPI(title="localrun", version=__version__, lifespan=lifespan,
-                  description="Local LLM runner: OpenAI-, Ollama- and Anthropic-compatible APIs.")
+                  description="Local LLM runner: OpenAI- (chat, completions, responses), Ollama- and Anthropic-compatible APIs.")
     app.state.config, app.state.store, app.state.manager = config, store, manager
+    app.state.responses = ResponseStore(config.max_responses)
     errors.install(app)
     security.install(app, config)
     app.add_middleware(metrics.RequestCounter)  # outermost: refused requests are counted too
@@ -44,6 +46,7 @@ def create_app(config: Settings | None = None, store: Any = None, manager: Model
     from localrun.server.ollama.routes import router as ollama
     from localrun.server.openai.routes import router as openai
     from localrun.server.perplexity import router as perplexity
+    from localrun.server.responses.routes import router as responses
     from localrun.server.score import router as score
     from localrun.server.tokens import router as tokens
 
@@ -53,6 +56,7 @@ def create_app(config: Settings | None = None, store: Any = None, manager: Model
 
         app.include_router(web)
     app.include_router(openai)
+    app.include_router(responses)
     app.include_router(ollama)
     app.include_router(anthropic)
     app.include_router(tokens)

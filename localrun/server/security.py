@@ -40,7 +40,7 @@ MAX_JSON_DEPTH = 64
 LOOPBACK_ORIGIN = r"https?://(localhost|127(\.\d{1,3}){3}|\[::1\])(:\d{1,5})?"
 _STRING = re.compile(rb'"(?:[^"\\]|\\.)*"', re.DOTALL)
 _BRACKET = re.compile(rb"[\[\]{}]")
-_MAX_TOKEN_FIELDS = ("max_tokens", "max_completion_tokens", "num_predict")
+_MAX_TOKEN_FIELDS = ("max_tokens", "max_completion_tokens", "max_output_tokens", "num_predict")
 _INPUT_FIELDS = ("input", "prompt", "inputs")
 
 
