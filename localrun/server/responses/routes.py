@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from fastapi import APIRouter, HTTPException, Request
+from fastapi import APIRouter, HTTPException, Query, Request
 
 from localrun.errors import InvalidRequest
 from localrun.server import generation
@@ -20,7 +20,11 @@ router = APIRouter(tags=["responses"])
 
 
 @router.post("/v1/responses")
-async def create(body: ResponsesRequest, request: Request) -> Any:
+async def create(body: ResponsesRequest, request: Request,
+                 num_ctx: int | None = Query(None, ge=16, description="localrun: num_ctx for clients that cannot "
+                                             "add body fields (Codex's query_params); the body's wins")) -> Any:
+    if body.num_ctx is None:
+        body.num_ctx = num_ctx
     if body.background:
         raise InvalidRequest("background: responses run in the foreground here; send background: false")
     store: ResponseStore = request.app.state.responses
