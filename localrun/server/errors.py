@@ -1,7 +1,7 @@
 """Errors in each dialect's own shape, chosen by the route's path.
 
     /v1/messages...  Anthropic  {"type": "error", "error": {"type", "message"}}
-    /v1/...          OpenAI     {"error": {"message", "type", "param", "code"}}
+    /v1/...          OpenAI     {"error": {"message", "type", "param", "code"}}: `code` a string or null
     anything else    Ollama     {"error": "message"}
 """
 
@@ -37,8 +37,11 @@ def error_body(path: str, status: int, message: str) -> dict[str, Any]:
         return {"type": "error", "error": {"type": _ANTHROPIC_TYPES.get(status, "api_error"), "message": message}}
     if kind == "openai":
         return {"error": {"message": message, "type": _OPENAI_TYPES.get(status, "server_error"), "param": None,
-                          "code": status}}
+                          "code": _OPENAI_CODES.get(status)}}
     return {"error": message}
+
+
+_OPENAI_CODES = {401: "invalid_api_key", 413: "request_too_large", 429: "rate_limit_exceeded"}  # else null, as OpenAI
 
 
 def error_response(path: str, status: int, message: str, headers: dict[str, str] | None = None) -> JSONResponse:

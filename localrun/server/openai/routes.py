@@ -55,7 +55,8 @@ async def chat_completions(body: ChatCompletionRequest, request: Request) -> Any
 
 
 def _chat_choice(done: Done, logprobs: Any, wanted: bool) -> dict[str, Any]:
-    message: dict[str, Any] = {"role": "assistant", "content": done.text or (None if done.tool_calls else "")}
+    message: dict[str, Any] = {"role": "assistant", "content": done.text or (None if done.tool_calls else ""),
+                               "refusal": None, "annotations": []}
     if done.tool_calls:
         message["tool_calls"] = t.tool_calls(done)
     return {"index": done.index, "message": message,

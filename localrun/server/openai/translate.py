@@ -147,7 +147,7 @@ def chat_logprobs(items: list[TokenLogprob]) -> dict[str, Any]:
         return {"token": token, "logprob": logprob, "bytes": list(token.encode())}
 
     return {"content": [{**entry(i.token, i.logprob), "top_logprobs": [entry(t, lp) for t, lp in i.top]}
-                        for i in items]}
+                        for i in items], "refusal": None}
 
 
 def completion_logprobs(items: list[TokenLogprob], offset: int = 0) -> dict[str, Any]:

@@ -211,9 +211,8 @@ def response(body: ResponsesRequest, native: GenerateRequest, response_id: str, 
         "store": body.store, "temperature": native.sampling.temperature, "top_p": native.sampling.top_p,
         "text": {"format": text_format}, "tool_choice": _echo_choice(native.tool_choice),
         "tools": [_echo_tool(tool) for tool in native.tools or []], "truncation": body.truncation or "disabled",
-        "usage": None, "user": body.user, "metadata": body.metadata or {}, "background": False,
-        "service_tier": "default",
-    }
+        "metadata": body.metadata or {}, "background": False, "service_tier": "default",
+    } | ({"user": body.user} if body.user is not None else {})
 
 
 def finish(resp: dict[str, Any], output_items: list[dict[str, Any]], done: Done) -> dict[str, Any]:
