@@ -18,7 +18,7 @@ import asyncio
 import json
 from typing import Any, AsyncIterator, TypeVar
 
-from localrun.native import Delta, Done
+from localrun.native import Delta, Done, Timings
 from localrun.server import generation
 from localrun.server.anthropic import translate as t
 from localrun.server.streaming import sse
@@ -76,7 +76,7 @@ class _Blocks:
     def text(self, text: str) -> list[str]:
         if not text:
             return []
-        out = [] if self.text_open else [_start(self.index, {"type": "text", "text": ""})]
+        out = [] if self.text_open else [_start(self.index, t.text_block(""))]
         self.text_open = True
         return out + [_delta(self.index, {"type": "text_delta", "text": text})]
 
@@ -99,10 +99,9 @@ class _Blocks:
 
 
 def _started(model: str, prompt_tokens: int) -> dict[str, Any]:
-    usage = {"input_tokens": prompt_tokens, "output_tokens": 0, "cache_creation_input_tokens": 0,
-             "cache_read_input_tokens": 0}
+    usage = t.usage(Timings(prompt_tokens=prompt_tokens))  # what is cached is not known before the end
     return {"id": t.new_id(), "type": "message", "role": "assistant", "model": model, "content": [],
-            "stop_reason": None, "stop_sequence": None, "usage": usage}
+            "stop_reason": None, "stop_sequence": None, "usage": usage, "container": None}
 
 
 def _start(index: int, block: dict[str, Any]) -> str:
