@@ -15,6 +15,7 @@ import pytest
 from localrun.native import Done, Timings, ToolCall
 from localrun.server.responses import translate as t
 from tests.test_anthropic_api import _runner_pid
+from tests.test_openapi_conformance import conforms
 from tests.tool_fixtures import ADD, CITY_WEATHER
 
 MODEL = "smollm2"
@@ -215,3 +216,5 @@ def test_a_crash_mid_stream_ends_with_error_and_response_failed(client, daemon):
     assert (error.type, error.code) == ("error", "server_error") and "runner" in error.message
     assert failed.type == "response.failed" and failed.response.status == "failed"
     assert failed.response.error.code == "server_error" and failed.response.error.message == error.message
+    for event in (error, failed):
+        conforms(event.model_dump(mode="json", exclude_unset=True), "ResponseStreamEvent")
