@@ -43,6 +43,21 @@ def claude_env(base_url: str, model: str, api_key: str) -> dict[str, str]:
     return env
 
 
+def _ready(host: str | None, model: str) -> tuple[str, str, str]:
+    """Start the local daemon and pull the model when needed: its base URL, the model's name, the API key."""
+    from localrun.cli import daemon
+    from localrun.cli.daemon_commands import target
+    from localrun.cli.generation import ensure_model
+    from localrun.config import read
+
+    address = target(host)
+    if address.is_loopback:
+        daemon.ensure_running(address)
+        model = ensure_model(model)
+    keys = read("LOCALRUN_API_KEY")
+    return address.base_url, model, keys[0] if keys else ""
+
+
 def exports(env: dict[str, str]) -> str:
     return "".join(f"export {name}={shlex.quote(value)}\n" for name, value in env.items())
 
@@ -55,17 +70,8 @@ def claude(
     host: Optional[str] = typer.Option(None, "--host", help="Daemon address; default LOCALRUN_HOST."),
 ) -> None:
     """Run Claude Code against a local model; arguments after `--` go to claude."""
-    from localrun.cli import daemon
-    from localrun.cli.daemon_commands import target
-    from localrun.cli.generation import ensure_model
-    from localrun.config import read
-
-    address = target(host)
-    if address.is_loopback:
-        daemon.ensure_running(address)
-        model = ensure_model(model)
-    keys = read("LOCALRUN_API_KEY")
-    env = claude_env(address.base_url, model, keys[0] if keys else PLACEHOLDER_KEY)
+    base_url, model, key = _ready(host, model)
+    env = claude_env(base_url, model, key or PLACEHOLDER_KEY)
     executable = shutil.which("claude")
     if print_only or executable is None:
         if executable is None and not print_only:
@@ -108,18 +114,9 @@ def codex(
     host: Optional[str] = typer.Option(None, "--host", help="Daemon address; default LOCALRUN_HOST."),
 ) -> None:
     """Run Codex against a local model (Responses API); arguments after `--` go to codex."""
-    from localrun.cli import daemon
-    from localrun.cli.daemon_commands import target
-    from localrun.cli.generation import ensure_model
-    from localrun.config import read
-
-    address = target(host)
-    if address.is_loopback:
-        daemon.ensure_running(address)
-        model = ensure_model(model)
-    keys = read("LOCALRUN_API_KEY")
-    env = {CODEX_KEY_VARIABLE: keys[0]} if keys else {}
-    args = codex_args(address.base_url, model, codex_context(host, model, context), bool(keys))
+    base_url, model, key = _ready(host, model)
+    env = {CODEX_KEY_VARIABLE: key} if key else {}
+    args = codex_args(base_url, model, codex_context(host, model, context), bool(key))
     executable = shutil.which("codex")
     if print_only or executable is None:
         if executable is None and not print_only:
