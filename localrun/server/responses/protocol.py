@@ -28,8 +28,11 @@ class TextConfig(_Lenient):
 
 
 class Reasoning(_Lenient):
-    effort: Literal["none", "minimal", "low", "medium", "high", "xhigh"] | None = None  # accepted, not used
-    summary: Literal["auto", "concise", "detailed"] | None = None
+    """Accepted and echoed, not used: the model's template decides what thinking means. Not checked
+    against a list either, since each new model generation brings new effort names."""
+
+    effort: str | None = None
+    summary: str | None = None
 
 
 class ResponsesRequest(_Lenient):
