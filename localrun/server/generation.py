@@ -19,6 +19,7 @@ from localrun.server import access_log
 from localrun.server.defaults import with_model_defaults
 from localrun.server.manager import ModelManager
 from localrun.server.metrics import Observer
+from localrun.server.validate import check_generate
 
 
 @dataclass(slots=True)
@@ -33,6 +34,7 @@ class Generation:
 
 
 async def start(manager: ModelManager, request: GenerateRequest) -> Generation:
+    check_generate(request)
     stack = contextlib.AsyncExitStack()
     started = time.perf_counter()
     try:
