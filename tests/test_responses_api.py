@@ -177,6 +177,7 @@ def test_errors_come_in_openais_shape(client, daemon):
     assert refused.status_code == 400
     error = refused.json()["error"]
     assert error["type"] == "invalid_request_error" and "computer_call" in error["message"]
+    assert error["param"] == "input[0]"
     refused = httpx.post(f"{daemon.url}/v1/responses", json={"model": MODEL, "input": "Hi", "background": True})
     assert refused.status_code == 400 and "background" in refused.json()["error"]["message"]
 

@@ -1,33 +1,31 @@
-"""Responses API request bodies (fields in the order of the official reference). Unknown fields are
-accepted and ignored, because real clients (Codex) send extras; input items and tools stay plain dicts
+"""Responses API request bodies (fields in the order of the official reference), strict as every
+dialect's (server/wire.py): unknown fields are accepted and ignored, because real clients (Codex)
+send extras; known ones must have their type. Input items and tools stay plain dicts
 and are checked in translate.py, which knows what each item type means here."""
 
 from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
 from localrun.sampling import MAX_DRAFT
+from localrun.server.wire import WireModel
 
 
-class _Lenient(BaseModel):
-    model_config = ConfigDict(extra="allow")
-
-
-class TextFormat(_Lenient):
+class TextFormat(WireModel):
     type: Literal["text", "json_object", "json_schema"] = "text"
     name: str | None = None
     schema_: dict[str, Any] | None = Field(None, alias="schema")
     strict: bool | None = None
 
 
-class TextConfig(_Lenient):
+class TextConfig(WireModel):
     format: TextFormat | None = None
     verbosity: Literal["low", "medium", "high"] | None = None
 
 
-class Reasoning(_Lenient):
+class Reasoning(WireModel):
     """Accepted and echoed, not used: the model's template decides what thinking means. Not checked
     against a list either, since each new model generation brings new effort names."""
 
@@ -35,7 +33,7 @@ class Reasoning(_Lenient):
     summary: str | None = None
 
 
-class ResponsesRequest(_Lenient):
+class ResponsesRequest(WireModel):
     model: str = Field(min_length=1)
     input: str | list[dict[str, Any]] = Field(default_factory=list)
     instructions: str | None = None
@@ -55,7 +53,7 @@ class ResponsesRequest(_Lenient):
     user: str | None = None
     truncation: Literal["auto", "disabled"] | None = None
     # localrun extensions (the names the other dialects use)
-    seed: int | None = None
+    seed: int | None = Field(None, ge=-(2**63), lt=2**64)
     num_ctx: int | None = Field(None, ge=16, description="localrun: context length per slot for this model")
     keep_alive: str | float | None = Field(None, description="localrun: how long the model stays loaded")
     speculative: int | None = Field(None, ge=0, le=MAX_DRAFT, description="localrun: most tokens drafted per step; 0 = off")

@@ -10,13 +10,14 @@ from fastapi import APIRouter, HTTPException, Query, Request
 from localrun.errors import InvalidRequest
 from localrun.server import generation
 from localrun.server.hangup import unless_hung_up
+from localrun.server.jsonbody import JSONBodyRoute
 from localrun.server.responses import translate as t
 from localrun.server.responses.protocol import ResponsesRequest
 from localrun.server.responses.store import ResponseStore
 from localrun.server.responses.stream import EventWriter, response_events
 from localrun.server.streaming import event_stream
 
-router = APIRouter(tags=["responses"])
+router = APIRouter(tags=["responses"], route_class=JSONBodyRoute)
 
 
 @router.post("/v1/responses")
@@ -26,7 +27,8 @@ async def create(body: ResponsesRequest, request: Request,
     if body.num_ctx is None:
         body.num_ctx = num_ctx
     if body.background:
-        raise InvalidRequest("background: responses run in the foreground here; send background: false")
+        raise InvalidRequest("background: responses run in the foreground here; send background: false",
+                             "background")
     store: ResponseStore = request.app.state.responses
     items = _earlier(store, body.previous_response_id) + t.input_items(body)
     native = t.generate_request(body, items)
@@ -53,7 +55,8 @@ def _earlier(store: ResponseStore, previous_id: str | None) -> list[dict[str, An
     previous = store.get(previous_id)
     if previous is None:
         raise InvalidRequest(f"previous_response_id: no stored response {previous_id!r} (it was sent with "
-                             "store: false, deleted, forgotten as the oldest, or the daemon restarted)"[:300])
+                             "store: false, deleted, forgotten as the oldest, or the daemon restarted)"[:300],
+                             "previous_response_id")
     return previous.conversation
 
 

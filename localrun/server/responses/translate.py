@@ -56,7 +56,7 @@ def generate_request(body: ResponsesRequest, items: list[dict[str, Any]]) -> Gen
         request.json_mode = True
     elif fmt is not None and fmt.type == "json_schema":
         if not isinstance(fmt.schema_, dict):
-            raise InvalidRequest("text.format.schema must be a JSON schema object")
+            raise InvalidRequest("text.format.schema must be a JSON schema object", "text.format.schema")
         request.json_schema = fmt.schema_
     return request
 
@@ -68,7 +68,7 @@ def conversation(instructions: str | None, items: list[dict[str, Any]]) -> list[
     for i, item in enumerate(items):
         where = f"input[{i}]"
         if not isinstance(item, dict):
-            raise InvalidRequest(f"{where} must be an object")
+            raise InvalidRequest(f"{where} must be an object", where)
         kind = item.get("type", "message")
         if kind == "message":
             chat.append({"role": item.get("role"), "content": _text(item.get("content"), where)})
@@ -87,7 +87,7 @@ def conversation(instructions: str | None, items: list[dict[str, Any]]) -> list[
             reasoning += [_text(item.get(key) or [], where) for key in ("summary", "content")]
             continue
         else:
-            raise InvalidRequest(f"{where}: input items of type {kind!r} are not supported"[:300])
+            raise InvalidRequest(f"{where}: input items of type {kind!r} are not supported"[:300], where)
         if reasoning and chat[-1]["role"] == "assistant":
             chat[-1]["reasoning_content"] = "\n".join(r for r in reasoning if r)
             reasoning = []
@@ -106,7 +106,7 @@ def _text(content: Any, where: str) -> str:
     if content is None or isinstance(content, str):
         return content or ""
     if not isinstance(content, list):
-        raise InvalidRequest(f"{where}.content must be a string or a list of parts")
+        raise InvalidRequest(f"{where}.content must be a string or a list of parts", f"{where}.content")
     texts = []
     for part in content:
         kind = part.get("type") if isinstance(part, dict) else None
@@ -115,9 +115,9 @@ def _text(content: Any, where: str) -> str:
         elif kind in _TEXT_PARTS and isinstance(part.get("text", ""), str):
             texts.append(part.get("text", ""))
         elif kind in ("input_image", "input_file", "input_audio"):
-            raise InvalidRequest(f"{where}.content: {kind} is not supported: this model reads text only")
+            raise InvalidRequest(f"{where}.content: {kind} is not supported: this model reads text only", f"{where}.content")
         else:
-            raise InvalidRequest(f"{where}.content: a part of type {kind!r} is not supported"[:300])
+            raise InvalidRequest(f"{where}.content: a part of type {kind!r} is not supported"[:300], f"{where}.content")
     return "".join(texts)
 
 
@@ -127,7 +127,7 @@ def tools(specs: list[dict[str, Any]] | None) -> list[dict[str, Any]] | None:
         if not isinstance(spec, dict) or spec.get("type") != "function":
             continue  # hosted and custom tools: see the module docstring
         if not isinstance(spec.get("name"), str) or not spec["name"]:
-            raise InvalidRequest(f"tools[{i}]: a function tool needs a name")
+            raise InvalidRequest(f"tools[{i}]: a function tool needs a name", f"tools[{i}].name")
         native.append({"name": spec["name"], "description": spec.get("description") or "",
                        "parameters": spec.get("parameters") or {"type": "object", "properties": {}}})
     return native or None
