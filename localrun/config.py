@@ -273,6 +273,8 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("LOCALRUN_MAX_MESSAGES", "4096", "Most messages in one chat request.", COUNT),
     Setting("LOCALRUN_MAX_TOKENS", "1048576", "Largest max_tokens / num_predict a request may ask for.", COUNT),
     Setting("LOCALRUN_MAX_INPUTS", "2048", "Most inputs (embeddings, prompts, choices) in one request.", COUNT),
+    Setting("LOCALRUN_MAX_RESPONSES", "256", "Responses API: most earlier responses kept in memory for "
+                                              "previous_response_id (the oldest is forgotten first).", COUNT),
     _engine("LOCALRUN_PARALLEL", "parallel", "Sequence slots per model (concurrent requests batched together)."),
     _engine("LOCALRUN_CTX_SIZE", "ctx_size", "Context length per slot, in tokens."),
     _engine("LOCALRUN_BATCH_SIZE", "batch_size", "Most tokens evaluated in one engine step (decode + prefill chunks)."),
@@ -334,6 +336,7 @@ class Settings:
     max_messages: int
     max_tokens: int
     max_inputs: int
+    max_responses: int
     engine: EngineSettings
     shutdown_timeout: float  # seconds requests in flight may take to finish when the daemon stops
     ui: bool  # the web chat page at /
@@ -361,7 +364,8 @@ class Settings:
             max_loaded_models=get("LOCALRUN_MAX_LOADED_MODELS"), memory_budget=get("LOCALRUN_MEMORY_BUDGET"),
             max_queue=get("LOCALRUN_MAX_QUEUE"), max_body=get("LOCALRUN_MAX_BODY"),
             max_messages=get("LOCALRUN_MAX_MESSAGES"), max_tokens=get("LOCALRUN_MAX_TOKENS"),
-            max_inputs=get("LOCALRUN_MAX_INPUTS"), engine=engine, shutdown_timeout=get("LOCALRUN_SHUTDOWN_TIMEOUT"),
+            max_inputs=get("LOCALRUN_MAX_INPUTS"),
+            max_responses=get("LOCALRUN_MAX_RESPONSES"), engine=engine, shutdown_timeout=get("LOCALRUN_SHUTDOWN_TIMEOUT"),
             ui=get("LOCALRUN_UI"), debug=get("LOCALRUN_DEBUG"),
         )
 

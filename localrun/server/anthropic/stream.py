@@ -19,7 +19,7 @@ import asyncio
 import json
 from typing import Any, AsyncIterator, TypeVar
 
-from localrun.native import Delta, Done
+from localrun.native import Delta, Done, Timings
 from localrun.server import generation
 from localrun.server.anthropic import translate as t
 from localrun.server.streaming import sse
@@ -80,7 +80,7 @@ class _Blocks:
                            {"type": "thinking_delta", "thinking": text}) if text else []
 
     def text(self, text: str) -> list[str]:
-        return self._piece("text", {"type": "text", "text": ""}, {"type": "text_delta", "text": text}) if text else []
+        return self._piece("text", t.text_block(""), {"type": "text_delta", "text": text}) if text else []
 
     def _piece(self, kind: str, block: dict[str, Any], delta: dict[str, Any]) -> list[str]:
         out = [] if self.open == kind else self._close() + [_start(self.index, block)]
@@ -107,10 +107,9 @@ class _Blocks:
 
 
 def _started(model: str, prompt_tokens: int) -> dict[str, Any]:
-    usage = {"input_tokens": prompt_tokens, "output_tokens": 0, "cache_creation_input_tokens": 0,
-             "cache_read_input_tokens": 0}
+    usage = t.usage(Timings(prompt_tokens=prompt_tokens))  # what is cached is not known before the end
     return {"id": t.new_id(), "type": "message", "role": "assistant", "model": model, "content": [],
-            "stop_reason": None, "stop_sequence": None, "usage": usage}
+            "stop_reason": None, "stop_sequence": None, "usage": usage, "container": None}
 
 
 def _start(index: int, block: dict[str, Any]) -> str:

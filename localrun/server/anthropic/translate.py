@@ -204,10 +204,11 @@ def new_id() -> str:
 
 def message(done: Done, model: str) -> dict[str, Any]:
     thought = [thinking_block(done.reasoning)] if done.reasoning else []
-    text = [{"type": "text", "text": done.text}] if done.text else []
+    text = [text_block(done.text)] if done.text else []
     content = thought + text + [tool_use(call) for call in done.tool_calls]
     return {"id": new_id(), "type": "message", "role": "assistant", "model": model, "content": content,
-            "stop_reason": stop_reason(done), "stop_sequence": stop_sequence(done), "usage": usage(done.timings)}
+            "stop_reason": stop_reason(done), "stop_sequence": stop_sequence(done), "usage": usage(done.timings),
+            "container": None}
 
 
 def thinking_block(text: str) -> dict[str, Any]:
@@ -231,7 +232,14 @@ def stop_sequence(done: Done) -> str | None:
     return done.stop_sequence if done.finish_reason == "stop" and not done.tool_calls else None
 
 
-def usage(t: Timings) -> dict[str, int]:
-    """Anthropic counts cached prompt tokens apart: input_tokens are the ones evaluated anew."""
+def usage(t: Timings) -> dict[str, Any]:
+    """Anthropic counts cached prompt tokens apart: input_tokens are the ones evaluated anew. Every
+    member the official reference requires is there: no cache writes are billed here, no server tools run."""
     return {"input_tokens": t.prompt_tokens - t.cached_tokens, "output_tokens": t.generated_tokens,
-            "cache_creation_input_tokens": 0, "cache_read_input_tokens": t.cached_tokens}
+            "cache_creation_input_tokens": 0, "cache_read_input_tokens": t.cached_tokens,
+            "cache_creation": {"ephemeral_1h_input_tokens": 0, "ephemeral_5m_input_tokens": 0},
+            "server_tool_use": None, "service_tier": "standard"}
+
+
+def text_block(text: str) -> dict[str, Any]:
+    return {"type": "text", "text": text, "citations": None}

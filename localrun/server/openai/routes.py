@@ -68,7 +68,8 @@ async def chat_completions(body: ChatCompletionRequest, request: Request) -> Any
 
 
 def _chat_choice(done: Done, logprobs: Any, wanted: bool) -> dict[str, Any]:
-    message: dict[str, Any] = {"role": "assistant", "content": done.text or (None if done.tool_calls else "")}
+    message: dict[str, Any] = {"role": "assistant", "content": done.text or (None if done.tool_calls else ""),
+                               "refusal": None, "annotations": []}
     if done.reasoning:
         message["reasoning_content"] = done.reasoning
     if done.tool_calls:

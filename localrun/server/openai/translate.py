@@ -189,7 +189,7 @@ def chat_logprobs(items: list[TokenLogprob]) -> dict[str, Any]:
         return {"token": token, "logprob": logprob, "bytes": list(token.encode()) if raw is None else raw}
 
     return {"content": [{**entry(i.token, i.logprob, i.raw), "top_logprobs": [entry(t, lp) for t, lp in i.top]}
-                        for i in items]}
+                        for i in items], "refusal": None}
 
 
 def completion_logprobs(items: list[TokenLogprob], offset: int = 0) -> dict[str, Any]:
