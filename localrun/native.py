@@ -116,18 +116,19 @@ class Timings:
 class TokenLogprob:
     token: str
     logprob: float | None  # None for a prompt's first token: nothing comes before it
-    top: list[tuple[str, float]] = field(default_factory=list)
+    # the most likely tokens: (text, logprob), or (text, logprob, bytes) when the text does not spell them
+    top: list[tuple] = field(default_factory=list)
     raw: list[int] | None = None  # the token's bytes, when they are not its text's UTF-8 (a partial character)
 
     def to_wire(self) -> list[Any]:
-        """[token, logprob, [[alt, logprob], ...], raw?]: sent for every token, so a list, not an object."""
+        """[token, logprob, [[alt, logprob, raw?], ...], raw?]: sent for every token, so a list, not an object."""
         wire = [self.token, self.logprob, [list(alt) for alt in self.top]]
         return wire if self.raw is None else [*wire, self.raw]
 
     @classmethod
     def from_wire(cls, item: list[Any]) -> TokenLogprob:
         token, logprob, top, *raw = item
-        return cls(token, logprob, [(alt, lp) for alt, lp in top], raw[0] if raw else None)
+        return cls(token, logprob, [tuple(alt) for alt in top], raw[0] if raw else None)
 
 
 @dataclass(slots=True)

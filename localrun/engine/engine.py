@@ -258,7 +258,7 @@ class Engine:
     def _token_event(self, seq: Sequence, token: int, text: str, logprobs, want: int | None) -> Token:
         if logprobs is None:
             return Token(seq.id, text, token)
-        top = [(self.model.token_text(t), lp) for t, lp in top_n(logprobs, want)] if want else None
+        top = top_n(logprobs, want) if want else None
         return Token(seq.id, text, token, float(logprobs[token]), top)
 
     def _finish(self, seq: Sequence, reason: str) -> Finished:

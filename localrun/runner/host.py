@@ -257,11 +257,19 @@ def internal_error(error: Exception) -> LocalrunError:
 
 def _logprobs(engine: Engine, event: Token) -> list[TokenLogprob]:
     """The token's own bytes go too: one that ends inside a UTF-8 character has no text of its own
-    (its text shows U+FFFD)."""
+    (its text shows U+FFFD). So do an alternative's, when its text is not them."""
     if event.logprob is None:
         return []
-    raw = engine.model.special_piece(event.token)
-    return [TokenLogprob(raw.decode("utf-8", "replace"), event.logprob, event.top_logprobs or [], list(raw))]
+    piece = engine.model.special_piece
+    top = [_alternative(piece(token), logprob) for token, logprob in event.top_logprobs or []]
+    raw = piece(event.token)
+    return [TokenLogprob(raw.decode("utf-8", "replace"), event.logprob, top, list(raw))]
+
+
+def _alternative(raw: bytes, logprob: float) -> tuple:
+    """(text, logprob), with the bytes as a third member when the text does not spell them."""
+    text = raw.decode("utf-8", "replace")
+    return (text, logprob) if text.encode() == raw else (text, logprob, list(raw))
 
 
 def _reseeded(sampling: SamplingParams, index: int) -> SamplingParams:

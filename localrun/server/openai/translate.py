@@ -188,7 +188,7 @@ def chat_logprobs(items: list[TokenLogprob]) -> dict[str, Any]:
     def entry(token: str, logprob: float, raw: list[int] | None = None) -> dict[str, Any]:
         return {"token": token, "logprob": logprob, "bytes": list(token.encode()) if raw is None else raw}
 
-    return {"content": [{**entry(i.token, i.logprob, i.raw), "top_logprobs": [entry(t, lp) for t, lp in i.top]}
+    return {"content": [{**entry(i.token, i.logprob, i.raw), "top_logprobs": [entry(*alt) for alt in i.top]}
                         for i in items], "refusal": None}
 
 
@@ -198,7 +198,8 @@ def completion_logprobs(items: list[TokenLogprob], offset: int = 0) -> dict[str,
         offsets.append(position)
         position += len(item.token)
     return {"tokens": [i.token for i in items], "token_logprobs": [i.logprob for i in items],
-            "top_logprobs": [dict(i.top) if i.logprob is not None else None for i in items], "text_offset": offsets}
+            "top_logprobs": [{alt[0]: alt[1] for alt in i.top} if i.logprob is not None else None for i in items],
+            "text_offset": offsets}
 
 
 def finish_reason(done: Done) -> str:
