@@ -454,3 +454,33 @@ def test_second_architecture_gemma3(gemma_path):
         # this GGUF ships no chat template: llama.cpp's built-in Gemma format stands in
         assert not eng.info["has_chat_template"]
         assert eng.render_chat([{"role": "user", "content": "Hi"}]).endswith("<start_of_turn>user\nHi<end_of_turn>\n<start_of_turn>model\n")
+
+
+def test_a_sequence_whose_sampling_fails_ends_alone_and_the_others_are_unchanged(engine, solo):
+    """A failure while sampling one sequence (a grammar or sampler bug) ends it with reason "error";
+    the sequence decoded beside it gives the tokens it gives alone."""
+    alone = generate(solo, "The capital of France is", "alone", max_tokens=12, **GREEDY).tokens
+    engine.add(Request("victim", engine.tokenize("The capital of France is"), SamplingParams(max_tokens=12, **GREEDY)))
+    engine.add(Request("broken", engine.tokenize("Tell a story."), SamplingParams(max_tokens=12, **GREEDY)))
+
+    class Breaks:
+        """The broken request's own sampler, failing from its third token on."""
+
+        def __init__(self, real) -> None:
+            self.real, self.calls = real, 0
+
+        def __getattr__(self, name):
+            return getattr(self.real, name)
+
+        def sample(self, ctx, index):
+            self.calls += 1
+            if self.calls > 2:
+                raise RuntimeError("sampler state corrupted")
+            return self.real.sample(ctx, index)
+
+    state = engine.scheduler.find("broken").state
+    state.sampler = Breaks(state.sampler)
+    runs = drain(engine, {})
+    assert runs["broken"].finished.reason == "error" and "sampler state corrupted" in runs["broken"].finished.error
+    assert len(runs["broken"].tokens) == 2
+    assert runs["victim"].tokens == alone and runs["victim"].finished.reason == "length"

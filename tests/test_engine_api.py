@@ -35,5 +35,5 @@ def test_event_fields():
         return [f.name for f in dataclasses.fields(cls)]
 
     assert fields(Token) == ["request_id", "text", "token", "logprob", "top_logprobs"]
-    assert fields(Finished) == ["request_id", "reason", "timings", "stop_text"]
-    assert fields(Request) == ["id", "prompt", "sampling", "truncate"]
+    assert fields(Finished) == ["request_id", "reason", "timings", "stop_text", "error"]
+    assert fields(Request) == ["id", "prompt", "sampling", "truncate", "special_text"]

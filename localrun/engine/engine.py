@@ -152,11 +152,27 @@ class Engine:
         for chunks in plan.batches():
             indices = self._evaluate(chunks)
             for chunk, index in zip(chunks, indices):
-                if chunk.draft:
-                    events.extend(self._verify(chunk, index))
-                elif chunk.n_logits:
-                    events.extend(self._next_token(chunk.seq, index))
+                events.extend(self._sample(chunk, index))
         return events
+
+    def _sample(self, chunk: Chunk, index: int) -> list[Event]:
+        """The events of one chunk's logits. A failure here (a sampler, a grammar, a detokenizer) is one
+        sequence's: it ends that sequence alone, as Finished(reason="error"), and the step goes on.
+        A failing llama_decode is everyone's and still raises."""
+        try:
+            if chunk.draft:
+                return self._verify(chunk, index)
+            return self._next_token(chunk.seq, index) if chunk.n_logits else []
+        except Exception as error:  # noqa: BLE001 - one request's failure must not end the others
+            return [self._fail(chunk.seq, error)]
+
+    def _fail(self, seq: Sequence, error: Exception) -> Finished:
+        reason = f"{type(error).__name__}: {error}"
+        if seq.status is Status.FINISHED:  # it failed after finishing: its own Finished was lost
+            return Finished(seq.id, "error", Timings(), error=reason)
+        finished = self._finish(seq, "error")
+        finished.error = reason
+        return finished
 
     # -- one step -------------------------------------------------------------------------------
 

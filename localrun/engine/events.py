@@ -10,7 +10,7 @@ from typing import Literal
 
 from localrun.native import Timings
 
-FinishReason = Literal["stop", "length", "cancelled"]
+FinishReason = Literal["stop", "length", "cancelled", "error"]
 
 
 @dataclass(slots=True)
@@ -33,6 +33,7 @@ class Finished:
     reason: FinishReason
     timings: Timings
     stop_text: str | None = None  # the stop string that ended generation, if one did
+    error: str | None = None  # with reason "error": what went wrong for this request alone
 
 
 Event = Token | Finished

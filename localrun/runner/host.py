@@ -69,7 +69,7 @@ class RunnerHost:
         while not self.stopping:
             self._drain(block=not self.engine.has_work)
             if self.engine.has_work and not self.stopping:
-                self.channel.send_all([message for event in self.engine.step() for message in self._emit(event)])
+                self.channel.send_all([message for event in self.engine.step() for message in self._emit_one(event)])
         for thread, stop in list(self.jobs.values()):  # the model must outlive them
             stop.set()
             thread.join()
@@ -218,6 +218,28 @@ class RunnerHost:
     def _result(self, rid: str, value: dict[str, Any]) -> None:
         self.channel.send({"type": "result", "id": rid, "value": value})
 
+    def _emit_one(self, event: Token | Finished) -> list[dict[str, Any]]:
+        """The messages of one engine event; a failure, the engine's or ours, ends that request alone."""
+        if isinstance(event, Finished) and event.reason == "error":
+            print(f"request {event.request_id} failed in the engine: {event.error}", file=sys.stderr)
+            self._end(event.request_id, request_failed((event.error or "").split(":")[0]))
+            return []
+        try:
+            return self._emit(event)
+        except Exception as e:  # noqa: BLE001 - one request's bug must not end the others
+            self._end(event.request_id, internal_error(e))
+            return []
+
+    def _end(self, key: str, error: LocalrunError) -> None:
+        """End the request that choice `key` belongs to with `error`; its other choices are cancelled."""
+        choice = self.choices.pop(key, None)
+        if choice is None:
+            return
+        for other in [k for k, c in self.choices.items() if c.request_id == choice.request_id]:
+            del self.choices[other]
+            self.engine.cancel(other)
+        self._error(choice.request_id, error)
+
     def _emit(self, event: Token | Finished) -> list[dict[str, Any]]:
         """The protocol messages one engine event makes (none while text is held back)."""
         choice = self.choices.get(event.request_id)
@@ -251,7 +273,11 @@ def internal_error(error: Exception) -> LocalrunError:
     """What the caller of a request that hit a bug in the runner is told: the error's type only (no
     source lines, no paths); the traceback goes to the runner's stderr, which the daemon logs."""
     traceback.print_exception(error, file=sys.stderr)
-    return LocalrunError(f"internal error in the runner ({type(error).__name__}); this request was ended, "
+    return request_failed(type(error).__name__)
+
+
+def request_failed(kind: str) -> LocalrunError:
+    return LocalrunError(f"internal error in the runner ({kind}); this request was ended, "
                          "the model goes on serving the others")
 
 
