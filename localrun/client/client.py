@@ -97,6 +97,11 @@ class Client:
         """Ollama's `/api/copy`: the server gives one of its models a second name."""
         self._send("POST", "/api/copy", json={"source": source, "destination": destination})
 
+    def create(self, model: str, fields: dict[str, Any]) -> None:
+        """Ollama's `/api/create`: the server makes `model` from the Modelfile's `fields` (from, parameters,
+        system, template, messages, license). Not streamed: it only writes a manifest."""
+        self._send("POST", "/api/create", json={**fields, "model": model, "stream": False}, timeout=_GENERATE)
+
     def pull(self, model: str) -> Iterator[PullStatus]:
         """Ollama's streamed `/api/pull`: the server fetches `model` into its own store. Yields its progress;
         an error it reports after streaming began is raised. No read timeout: big files take a while."""

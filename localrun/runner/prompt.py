@@ -21,9 +21,10 @@ def build_prompt(engine: Engine, request: GenerateRequest) -> list[int]:
     if request.messages is None:
         return engine.tokenize(request.prompt or "", add_special=True, parse_special=True)
     tools = active_tools(request.tools, request.tool_choice)
-    messages, template_tools = prepare_messages(request.messages, tools, engine.model.chat_template())
+    template = request.template or engine.model.chat_template()
+    messages, template_tools = prepare_messages(request.messages, tools, template)
     prefill = _prefill(messages)
-    text = engine.render_chat(messages, tools=template_tools, add_generation_prompt=prefill is None)
+    text = engine.render_chat(messages, tools=template_tools, add_generation_prompt=prefill is None, template=template)
     if prefill is not None:
         text = _continuing(text, prefill)
     bos = engine.info.get("bos_token") or ""

@@ -41,6 +41,9 @@ Spawn = Callable[[Any, EngineSettings], Awaitable[RunnerProcess]]
 class Loaded:
     """A loaded model: its runner and the bookkeeping the scheduler decides from."""
 
+    # The runner serves every name of its file (`cp`, `create`), which differ in their Modelfile
+    # defaults: `model` is the one the latest lease asked for, set when it is admitted and read by
+    # that lease's holder before its next await (generation.start), so each request gets its own name's.
     model: Any
     runner: RunnerProcess
     options: EngineSettings
@@ -137,11 +140,13 @@ class ModelManager:
         if loaded is not None and not self._stale(loaded, num_ctx):
             self._admit(loaded)
             loaded.keep_alive = keep
+            loaded.model = model  # see Loaded.model
             return loaded
         loading = self.loading.get(model.digest) or self._start_load(model, self._options_after(loaded, num_ctx),
                                                                      loaded)
         loaded = await self._wait(model, loading)
         loaded.keep_alive = keep
+        loaded.model = model
         return loaded
 
     def _options_after(self, previous: Loaded | None, num_ctx: int | None) -> EngineSettings:
