@@ -410,7 +410,8 @@ def _print_info(model, info) -> None:
     facts = [("name", model.name), ("architecture", info.architecture), ("parameters", info.parameter_size),
              ("quantization", info.quantization), ("context length", str(info.context_length)),
              ("embedding length", str(info.embedding_length)), ("license", info.license or "-"),
-             ("size", _size(model.size)), ("digest", model.digest), ("source", model.source)]
+             ("loads with", _context_in_use(model)), ("size", _size(model.size)), ("digest", model.digest),
+             ("source", model.source)]
     if model.origin:  # made by `localrun quantize`
         origin = model.origin
         facts.append(("quantized from", f"{origin['model']} ({origin['digest'].removeprefix('sha256:')[:12]})"))
@@ -421,6 +422,17 @@ def _print_info(model, info) -> None:
             typer.echo(f"    {key:<18}{value}")
     if model.system:
         typer.echo(f"\n  System\n    {_first_line(model.system, 100)}")
+
+
+def _context_in_use(model) -> str:
+    """The context a load of `model` gets with this environment's settings, and why."""
+    from localrun.config import Settings
+    from localrun.memory import context_for
+
+    settings = Settings.from_env()
+    ctx, why = context_for(model, model.defaults.get("num_ctx"), settings)
+    why = "its Modelfile's num_ctx" if why == "num_ctx" else why
+    return f"{ctx} tokens per request x {settings.engine.parallel} slots ({why})"
 
 
 def _print_model(facts: list[tuple[str, str]], special_tokens: dict[str, Any], chat_template: str) -> None:

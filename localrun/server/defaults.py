@@ -59,6 +59,18 @@ def with_model_prompt(request: GenerateRequest, model: Any) -> GenerateRequest:
                    template=request.template or template or None)
 
 
+def how_to_raise(model: Any, ctx: int) -> str:
+    """What a prompt over `model`'s context of `ctx` tokens per request is told: each step of the
+    precedence that can give it more, or that this already is all it was trained for."""
+    trained = model.facts.context_length
+    if trained and ctx >= trained:
+        return f"{model.name} holds {ctx} tokens per request, all it was trained for: shorten the prompt"
+    limit = f" (up to {trained}, its trained length)" if trained else ""
+    return (f"{model.name} holds {ctx} tokens per request{limit}; raise it with num_ctx in the request "
+            f"(options.num_ctx on the Ollama API), PARAMETER num_ctx in a Modelfile (`localrun create`), "
+            f"or the server's LOCALRUN_CTX_SIZE")
+
+
 def _value(field: str, value: Any) -> Any:
     if field == "stop":
         return [value] if isinstance(value, str) else list(value)
@@ -67,4 +79,4 @@ def _value(field: str, value: Any) -> Any:
     return value
 
 
-__all__ = ["context_size", "for_model", "with_model_defaults", "with_model_prompt"]
+__all__ = ["context_size", "for_model", "how_to_raise", "with_model_defaults", "with_model_prompt"]

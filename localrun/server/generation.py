@@ -16,8 +16,9 @@ from typing import Any, AsyncIterator, Mapping
 
 from localrun.native import Delta, Done, Event, GenerateRequest, Timings, TokenLogprob, decode_event
 from localrun.server import access_log
-from localrun.server.defaults import for_model
-from localrun.server.manager import ModelManager
+from localrun.errors import ContextOverflow
+from localrun.server.defaults import for_model, how_to_raise
+from localrun.server.manager import Loaded, ModelManager
 from localrun.server.metrics import Observer
 
 
@@ -44,13 +45,21 @@ async def start(manager: ModelManager, request: GenerateRequest,
         request = for_model(request, loaded.model, api_defaults)
         stream = loaded.runner.stream("generate", request=request.to_dict())
         stack.push_async_callback(stream.aclose)
-        accepted = await anext(stream)
+        accepted = await _accepted(stream, loaded)
     except BaseException:
         await stack.aclose()
         raise
     observer = Observer(loaded.model.name, started, accepted["prompt_tokens"])
     access_log.note(prompt_tokens=accepted["prompt_tokens"])
     return Generation(accepted["prompt_tokens"], _events(stack, stream, load_ms, observer))
+
+
+async def _accepted(stream: AsyncIterator[dict[str, Any]], loaded: Loaded) -> dict[str, Any]:
+    """The runner's acceptance; a prompt over the context is refused saying how to make room."""
+    try:
+        return await anext(stream)
+    except ContextOverflow as e:
+        raise ContextOverflow(f"{e.message}: {how_to_raise(loaded.model, loaded.options.ctx_size)}") from None
 
 
 async def _events(stack: contextlib.AsyncExitStack, stream: AsyncIterator[dict[str, Any]],

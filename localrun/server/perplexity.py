@@ -13,7 +13,7 @@ from fastapi import APIRouter, Request
 from pydantic import BaseModel, ConfigDict, Field
 
 from localrun.server.hangup import unless_hung_up
-from localrun.server.memory import kv_bytes
+from localrun.memory import kv_bytes
 
 router = APIRouter(tags=["perplexity"])
 
