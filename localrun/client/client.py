@@ -125,6 +125,13 @@ class Client:
         """Ollama's `DELETE /api/delete`: the server removes the model (a localrun daemon also unloads it)."""
         self._send("DELETE", "/api/delete", json={"model": model})
 
+    def load(self, model: str, num_ctx: int | None = None) -> None:
+        """Ollama's empty `/api/generate`: the server loads `model` now (with `num_ctx` tokens of context
+        per request when given; a loaded runner with another context is reloaded when idle)."""
+        options = {"num_ctx": num_ctx} if num_ctx else {}
+        self._send("POST", "/api/generate", json={"model": model, "options": options, "stream": False},
+                   timeout=_GENERATE)
+
     def unload(self, model: str) -> None:
         """Ollama's empty `/api/generate` with keep_alive 0: the server unloads `model` now when it is idle,
         else when its requests in flight have finished."""
