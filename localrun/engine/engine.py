@@ -83,13 +83,17 @@ class Engine:
     def _warm_up(self) -> None:
         """Evaluate a few rows once at load, as llama-server does: the weights are paged in before the
         first request, and a kernel that dies on this CPU (a matrix product over several rows is what
-        ggml's AMX and repacked paths run) dies now, while the daemon can still retry the load safely."""
+        ggml's AMX and repacked paths run) dies now, while the daemon can still retry the load safely.
+        Embedding models (with a pooling type) and encoder-decoder models skip it: they do not decode
+        this way. A warm-up llama.cpp refuses is not an error here; the first request would say why."""
+        arch = self.model.meta("general.architecture") or ""
+        if self.model.meta(f"{arch}.pooling_type") is not None or L.llama_model_has_encoder(self.model.ptr):
+            return
         tokens = self.model.tokenize(WARM_UP_TEXT, add_special=True, parse_special=False)[:self.settings.batch_size]
         self.batch.clear()
         for pos, token in enumerate(tokens):
             self.batch.add(token, pos, 0, pos == len(tokens) - 1)
-        if self.batch.decode(self.ctx) != 0:
-            raise LocalrunError("llama_decode failed while warming up the model")
+        self.batch.decode(self.ctx)
         L.llama_memory_seq_rm(self.memory, 0, -1, -1)
 
     # -- requests ---------------------------------------------------------------------------
