@@ -40,6 +40,7 @@ def test_a_prompt_over_the_context_is_a_400_that_says_how_to_raise_it(tight):
         refused = httpx.post(f"{tight.url}{route}", timeout=120, json={"model": "smollm2", **body})
         assert refused.status_code == 400, (route, refused.text)
         message = error(refused.json())
+        assert message.startswith("prompt is too long: "), message  # Anthropic's words: Claude Code compacts on them
         assert "smollm2:135m holds 2048 tokens per request (up to 8192, its trained length)" in message, message
         assert "num_ctx" in message and "Modelfile" in message and "LOCALRUN_CTX_SIZE" in message
 

@@ -279,8 +279,9 @@ class Engine:
         if len(prompt) + 1 <= limit:
             return prompt
         if not request.truncate:
-            raise ContextOverflow(f"the prompt is {len(prompt)} tokens, but the context holds {limit} per "
-                                  f"request including at least one generated token")
+            # Anthropic's wording, which Claude Code and other agents recognise (they compact and retry)
+            raise ContextOverflow(f"prompt is too long: {len(prompt)} tokens > {limit - 1} maximum (the context holds "
+                                  f"{limit} tokens per request, including at least one generated token)")
         return self._truncated(prompt, request.sampling.max_tokens)
 
     def _truncated(self, prompt: list[int], max_tokens: int | None) -> list[int]:
