@@ -123,9 +123,19 @@ def test_api_create_makes_a_model_whose_defaults_apply_on_every_api(served):
     assert expected.startswith(ollama["message"]["content"]) and ollama["prompt_eval_count"] == greedy["usage"]["prompt_tokens"]
     assert expected.startswith(anthropic["content"][0]["text"])
     assert own["usage"]["completion_tokens"] == 3
+    counted = httpx.post(f"{url}/v1/messages/count_tokens", timeout=60, json={"model": "poet", "messages": STORY})
+    assert counted.json()["input_tokens"] == greedy["usage"]["prompt_tokens"]  # the count has the system prompt too
     shown = httpx.post(f"{url}/api/show", timeout=30, json={"model": "poet"}).json()
     assert shown["system"] == "You are a pirate." and "temperature" in shown["parameters"]
     assert "PARAMETER num_predict 12" in shown["modelfile"] and 'SYSTEM "You are a pirate."' in shown["modelfile"]
+
+
+def test_create_with_host_makes_the_model_in_the_servers_store(served, tmp_path):
+    (tmp_path / "Modelfile").write_text("FROM smollm2\nPARAMETER top_k 7\nSYSTEM Be terse.\n")
+    made = run_cli("create", "remote-made", "-f", str(tmp_path / "Modelfile"), "--host", served.url)
+    assert made.returncode == 0 and made.stdout == f"created remote-made on {served.url}\n", made.stderr
+    shown = run_cli("show", "remote-made", "--modelfile", "--host", served.url).stdout
+    assert "PARAMETER top_k 7" in shown and 'SYSTEM "Be terse."' in shown
 
 
 def test_api_create_takes_an_old_clients_modelfile_text_and_refuses_what_it_cannot_do(served):
