@@ -330,7 +330,8 @@ class Settings:
 
         ctx_size = get("LOCALRUN_CTX_SIZE")
         engine = EngineSettings(  # ctx_size: the manager picks each load's (server/manager.py)
-            parallel=get("LOCALRUN_PARALLEL"), ctx_size=ctx_size or _ENGINE.ctx_size, batch_size=get("LOCALRUN_BATCH_SIZE"),
+            parallel=get("LOCALRUN_PARALLEL"), ctx_size=ctx_size or _ENGINE.ctx_size,
+            batch_size=get("LOCALRUN_BATCH_SIZE"),
             threads=get("LOCALRUN_THREADS"), flash_attn=get("LOCALRUN_FLASH_ATTN"),
             kv_cache_type=get("LOCALRUN_KV_CACHE_TYPE"), gpu_layers=get("LOCALRUN_GPU_LAYERS"),
             speculative=get("LOCALRUN_SPECULATIVE"),
@@ -341,7 +342,8 @@ class Settings:
             max_loaded_models=get("LOCALRUN_MAX_LOADED_MODELS"), memory_budget=get("LOCALRUN_MEMORY_BUDGET"),
             max_queue=get("LOCALRUN_MAX_QUEUE"), max_body=get("LOCALRUN_MAX_BODY"),
             max_messages=get("LOCALRUN_MAX_MESSAGES"), max_tokens=get("LOCALRUN_MAX_TOKENS"),
-            max_inputs=get("LOCALRUN_MAX_INPUTS"), ctx_size=ctx_size, max_ctx=get("LOCALRUN_MAX_CTX"), engine=engine, shutdown_timeout=get("LOCALRUN_SHUTDOWN_TIMEOUT"),
+            max_inputs=get("LOCALRUN_MAX_INPUTS"), ctx_size=ctx_size, max_ctx=get("LOCALRUN_MAX_CTX"), engine=engine,
+            shutdown_timeout=get("LOCALRUN_SHUTDOWN_TIMEOUT"),
             ui=get("LOCALRUN_UI"), debug=get("LOCALRUN_DEBUG"),
         )
 

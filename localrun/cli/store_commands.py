@@ -225,8 +225,8 @@ def create(
     recipe = parse_modelfile(text)
     server = _server(host)
     if server is not None:
-        fields = {"from": recipe.base, "parameters": recipe.parameters, "messages": list(recipe.messages),
-                  **{k: getattr(recipe, k) for k in ("system", "template", "license") if getattr(recipe, k) is not None}}
+        given = {k: getattr(recipe, k) for k in ("system", "template", "license") if getattr(recipe, k) is not None}
+        fields = {"from": recipe.base, "parameters": recipe.parameters, "messages": list(recipe.messages), **given}
         _ask_server(server, "create", lambda client: client.create(name, fields))
         typer.echo(f"created {name} on {server.base_url}")
         return

@@ -308,7 +308,8 @@ class Engine:
     def render_chat(self, messages: list[dict], tools: list[dict] | None = None,
                     add_generation_prompt: bool = True, template: str | None = None, **extra: Any) -> str:
         """The prompt text for a conversation, from `template` (a Modelfile's) or the model's own."""
-        return chat_template.render(template or self._template, messages, tools=tools, add_generation_prompt=add_generation_prompt,
+        return chat_template.render(template or self._template, messages, tools=tools,
+                                    add_generation_prompt=add_generation_prompt,
                                     bos_token=self._bos_text, eos_token=self._eos_text,
                                     fallback=chat_template.builtin_for(self.model.meta("general.architecture")), **extra)
 

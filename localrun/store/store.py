@@ -133,16 +133,12 @@ class Store:
         model shares the base's blob; only its manifest is new. As with Ollama, creating a name that
         exists replaces it: that is how a model's Modelfile is edited."""
         report = progress or (lambda event: None)
-        emit: Progress = lambda event: event.status == "success" or report(event)  # noqa: E731 (one success, at the end)
-        reference = parse_reference(modelfile.base)
-        if reference.kind == "path":
-            path = Path(reference.path).expanduser()
-            path = (folder / path if folder and not path.is_absolute() else path).resolve()
-            if not path.is_file():
-                raise ModelNotFound(f"FROM {modelfile.base}: no such file: {path}")
-            base = self._manifest_of(self.import_file(path, name, source=f"file:{path}", progress=emit))
-        else:
-            base = self._manifest_of(self.pull(modelfile.base, progress=emit))
+
+        def emit(event: PullProgress) -> None:  # the base's pull reports no success: one, at the end
+            if event.status != "success":
+                report(event)
+
+        base = self._base(modelfile.base, name, folder, emit)
         made = replace(base, name=parse_name(name), modified=_now(),
                        defaults={**base.defaults, **modelfile.parameters},
                        system=_given(modelfile.system, base.system), template=_given(modelfile.template, base.template),
@@ -153,6 +149,18 @@ class Store:
         model = self._write_named(made, force=True)
         report(PullProgress("success", made.digest))
         return model
+
+    def _base(self, ref: str, name: str, folder: Path | None, emit: Progress) -> Manifest:
+        """The manifest of a Modelfile's FROM: a model in the store (pulled when missing), or a GGUF file
+        imported under `name` (a relative path is read from `folder`, the Modelfile's)."""
+        reference = parse_reference(ref)
+        if reference.kind != "path":
+            return self._manifest_of(self.pull(ref, progress=emit))
+        path = Path(reference.path).expanduser()
+        path = (folder / path if folder and not path.is_absolute() else path).resolve()
+        if not path.is_file():
+            raise ModelNotFound(f"FROM {ref}: no such file: {path}")
+        return self._manifest_of(self.import_file(path, name, source=f"file:{path}", progress=emit))
 
     def _manifest_of(self, model: Model) -> Manifest:
         manifest = read_manifest(self.layout, parse_name(model.name))

@@ -22,8 +22,8 @@ from localrun.server.manager import Loaded, ModelManager
 from localrun.server.ollama import translate as t
 from localrun.server.ollama.jsonbody import JSONBodyRoute
 from localrun.server.ollama.protocol import (
-    ChatRequest, CopyRequest, CreateRequest, EmbeddingsRequest, EmbedRequest, GenerateRequest, ModelRequest, PullRequest,
-    ShowRequest,
+    ChatRequest, CopyRequest, CreateRequest, EmbeddingsRequest, EmbedRequest, GenerateRequest, ModelRequest,
+    PullRequest, ShowRequest,
 )
 from localrun.server.streaming import ndjson, ndjson_stream
 from localrun.store import PullProgress, parse_reference
