@@ -79,7 +79,9 @@ def test_create_and_show_through_the_cli(tmp_path, smollm2_path):
     assert made.stdout.startswith("created yes-man:latest")
     shown = run_cli("show", "yes-man", "--modelfile").stdout
     assert "PARAMETER num_ctx 512" in shown and 'SYSTEM "Say yes."' in shown and "TEMPLATE" in shown
-    assert "num_ctx" in run_cli("show", "yes-man").stdout
+    plain = run_cli("show", "yes-man").stdout
+    assert "loads with        512 tokens per request x 4 slots (its Modelfile's num_ctx)" in plain, plain
+    assert "Parameters" in plain and "System" in plain and "Say yes." in plain
     bad = run_cli("create", "x", "-f", str(tmp_path / "missing"))
     assert bad.returncode == 2 and bad.stderr.startswith("error: cannot read the Modelfile")
     (tmp_path / "Bad").write_text("FROM yes-man\nPARAMETER nope 1\n")
