@@ -231,6 +231,8 @@ SETTINGS: tuple[Setting, ...] = (
             Rule("a directory", lambda text: Path(text).expanduser() if text else None)),
     Setting("LOCALRUN_HOST", f"127.0.0.1:{DEFAULT_PORT}", "Daemon address: bind address for serve, target for the CLI."),
     Setting("LOCALRUN_MIRROR", "", "Rewrite the host of every model download URL (e.g. http://127.0.0.1:8000)."),
+    Setting("LOCALRUN_ALLOW_PRIVATE_PULL", "", "Set to 1 to let /api/pull fetch from loopback, link-local and private "
+                                           "addresses (the mirror's host is always allowed).", Rule("1 or 0", _flag)),
     Setting("LOCALRUN_API_KEY", "", "API key(s), comma-separated, or @FILE with one key per line.",
             Rule("keys, comma-separated, or @FILE", _api_keys)),
     Setting("LOCALRUN_ORIGINS", "", "Extra allowed CORS origins, comma-separated (loopback origins are always allowed).",

@@ -11,7 +11,8 @@
     │   └── DownloadError         network, HTTP status, timeouts         HTTP 502
     │       ├── ChecksumMismatch  bytes do not match the expected sha256
     │       ├── NotGGUF           the body is not a GGUF file
-    │       └── DiskFull          not enough free space
+    │       ├── DiskFull          not enough free space
+    │       └── SourceRefused     a pull over HTTP from a private address  HTTP 403
     ├── Overloaded                the model's queue is full              HTTP 503 + Retry-After
     ├── ModelLoadError            llama.cpp could not load the model     HTTP 500
     │   └── LoadCrashed           the runner died of a signal while loading
@@ -42,6 +43,10 @@ class UsageError(LocalrunError):
 
 class InvalidRequest(LocalrunError):
     status = 400
+
+    def __init__(self, message: str, param: str | None = None) -> None:
+        super().__init__(message)
+        self.param = param  # the request field at fault ("messages[1].role"), when known
 
 
 class ContextOverflow(InvalidRequest):
@@ -81,6 +86,10 @@ class DiskFull(DownloadError):
     status = 507
 
 
+class SourceRefused(DownloadError):
+    status = 403
+
+
 class Overloaded(LocalrunError):
     status = 503
 
@@ -118,6 +127,6 @@ def error_class(name: str) -> type[LocalrunError]:
 __all__ = [
     "error_class",
     "LocalrunError", "UsageError", "InvalidRequest", "ContextOverflow", "AuthError", "InvalidName",
-    "ModelNotFound", "StoreError", "DownloadError", "ChecksumMismatch", "NotGGUF", "DiskFull",
+    "ModelNotFound", "StoreError", "DownloadError", "ChecksumMismatch", "NotGGUF", "DiskFull", "SourceRefused",
     "Overloaded", "ModelLoadError", "LoadCrashed", "RunnerCrashed", "Cancelled", "DaemonUnavailable",
 ]

@@ -31,6 +31,7 @@ class GenerateRequest:
     echo: bool = False  # completions: return the prompt (and its logprobs) before the output
     num_ctx: int | None = None  # context length per slot; None = the server default
     keep_alive: float | None = None  # seconds; None = server default, < 0 forever, 0 unload after
+    return_context: bool = False  # Ollama's /api/generate: Done carries the prompt's and answer's token ids
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -99,15 +100,17 @@ class TokenLogprob:
     token: str
     logprob: float | None  # None for a prompt's first token: nothing comes before it
     top: list[tuple[str, float]] = field(default_factory=list)
+    raw: list[int] | None = None  # the token's bytes, when they are not its text's UTF-8 (a partial character)
 
     def to_wire(self) -> list[Any]:
-        """[token, logprob, [[alt, logprob], ...]]: sent for every token, so a list, not an object."""
-        return [self.token, self.logprob, [list(alt) for alt in self.top]]
+        """[token, logprob, [[alt, logprob], ...], raw?]: sent for every token, so a list, not an object."""
+        wire = [self.token, self.logprob, [list(alt) for alt in self.top]]
+        return wire if self.raw is None else [*wire, self.raw]
 
     @classmethod
     def from_wire(cls, item: list[Any]) -> TokenLogprob:
-        token, logprob, top = item
-        return cls(token, logprob, [(alt, lp) for alt, lp in top])
+        token, logprob, top, *raw = item
+        return cls(token, logprob, [(alt, lp) for alt, lp in top], raw[0] if raw else None)
 
 
 @dataclass(slots=True)
@@ -143,6 +146,7 @@ class Done:
     text: str = ""  # the whole visible text of the choice, after tool calls were taken out
     tool_calls: list[ToolCall] = field(default_factory=list)
     stop_sequence: str | None = None
+    context: list[int] | None = None  # with GenerateRequest.return_context: prompt + answer token ids
 
     @property
     def usage(self) -> Usage:

@@ -53,7 +53,9 @@ def start_daemon(home: Path, extra_env: dict[str, str] | None = None, pull: bool
                  args: tuple[str, ...] = ()) -> Daemon:
     """Pull the bundled model into `home` (offline) and start a daemon serving it (`args` go to serve)."""
     home.mkdir(parents=True, exist_ok=True)
-    env = {**os.environ, "LOCALRUN_HOME": str(home), "LOCALRUN_KEEP_ALIVE": "-1", **(extra_env or {})}
+    # The tests pull from file servers on loopback, which the daemon refuses unless it is allowed.
+    env = {**os.environ, "LOCALRUN_HOME": str(home), "LOCALRUN_KEEP_ALIVE": "-1", "LOCALRUN_ALLOW_PRIVATE_PULL": "1",
+           **(extra_env or {})}
     if pull:
         subprocess.run([sys.executable, "-m", "localrun", "pull", MODEL, "--quiet"], env=env, check=True,
                        capture_output=True, timeout=120)

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import base64
 import math
+import struct
 
 import pytest
 from pydantic import ValidationError
@@ -12,6 +14,7 @@ from localrun.native import Done, Timings, ToolCall
 from localrun.server.defaults import with_model_defaults
 from localrun.server.ollama import translate as t
 from localrun.server.ollama.protocol import ChatRequest, GenerateRequest, ModelRequest, Options
+from localrun.server.vectors import as_base64, shortened
 
 
 
@@ -144,11 +147,18 @@ def test_load_only_requests_and_their_answers():
     assert answer["message"] == {"role": "assistant", "content": ""} and answer["done_reason"] == "unload"
 
 
-def test_embedding_dimensions_cut_and_renormalise():
+def test_embedding_dimensions_cut_and_renormalise_and_never_grow():
     vector = [0.6, 0.8, 0.0]
-    assert t.embedding(vector, None) == vector and t.embedding(vector, 3) == vector
-    cut = t.embedding([0.5, 0.5, 0.5, 0.5], 2)
+    assert shortened([vector], None) == [vector] and shortened([vector], 3) == [vector]
+    [cut] = shortened([[0.5, 0.5, 0.5, 0.5]], 2)
     assert len(cut) == 2 and math.isclose(math.hypot(*cut), 1.0)
+    with pytest.raises(InvalidRequest, match="have 3 dimensions"):
+        shortened([vector], 100_000)
+
+
+def test_base64_embeddings_are_little_endian_float32():
+    packed = base64.b64decode(as_base64([1.0, -0.5]))
+    assert struct.unpack("<2f", packed) == (1.0, -0.5)
 
 
 def test_model_requests_accept_model_or_legacy_name():

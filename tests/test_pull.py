@@ -12,10 +12,11 @@ import pytest
 from tests.fileserver import FileServer
 from tests.tiny_gguf import sha256_of, write_tiny_gguf
 
-from localrun.errors import ChecksumMismatch, DiskFull, DownloadError, ModelNotFound, NotGGUF
+from localrun.errors import ChecksumMismatch, DiskFull, DownloadError, ModelNotFound, NotGGUF, SourceRefused
 from localrun.store import Policy, Store
 from localrun.store import store as store_module
 from localrun.store.catalogue import parse_catalogue
+from localrun.store.download import Guard
 from localrun.store.layout import url_key
 
 FAST = Policy(retries=3, backoff=0.01, connect_timeout=2.0, read_timeout=1.0)
@@ -293,3 +294,43 @@ def test_the_bundled_model_installs_with_no_network(store, smollm2_path, monkeyp
         assert store.resolve(ref).path == model.path
     assert model.path.read_bytes() == smollm2_path.read_bytes()
     assert_blobs_verified(store)
+
+
+def test_failed_url_pulls_leave_no_lock_files(server, store, tiny, localrun_home):
+    """Every distinct URL used to leave a `url-*.lock` (and a `name-*.lock`) behind for good."""
+    for i in range(5):
+        with pytest.raises(DownloadError):
+            store.pull(server.url(f"/missing-{i}.gguf"))
+    assert list((localrun_home / "models" / "partial").glob("*.lock")) == []
+
+
+def test_the_pull_guard_checks_every_redirect_hop():
+    """The daemon's guard: a trusted first host (the mirror's) may not redirect the pull to another
+    host on a private address, and a private address is refused outright unless allowed."""
+    import http.server
+
+    class Redirect(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            self.send_response(302)
+            self.send_header("Location", f"http://localhost:{self.server.server_address[1]}/x.gguf")
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+
+        def log_message(self, *args) -> None:
+            pass
+
+    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Redirect)
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    try:
+        url = f"http://127.0.0.1:{httpd.server_address[1]}/r.gguf"
+        with Policy(guard=Guard(trusted=frozenset({"127.0.0.1"}))).client() as client:
+            with pytest.raises(SourceRefused, match="localhost"):
+                client.get(url)
+        with Policy(guard=Guard()).client() as client:
+            for refused in (url, "http://169.254.169.254/latest/meta-data", "http://[::1]:9/x", "ftp://example.com/x"):
+                with pytest.raises(SourceRefused):
+                    client.get(refused)
+        with Policy(guard=Guard(allow_private=True)).client() as client:
+            assert client.get(url, follow_redirects=False).status_code == 302
+    finally:
+        httpd.shutdown()

@@ -12,7 +12,7 @@ import sys
 
 import pytest
 
-from localrun.errors import ContextOverflow, ModelLoadError, RunnerCrashed
+from localrun.errors import ContextOverflow, LocalrunError, ModelLoadError, RunnerCrashed
 from localrun.native import GenerateRequest
 from localrun.sampling import SamplingParams
 from localrun.config import EngineSettings
@@ -133,3 +133,30 @@ def test_perplexity_runs_beside_generation(smollm2_path):
         assert runner.proc.returncode == 0
 
     asyncio.run(main())
+
+
+def test_an_exception_in_one_request_ends_that_request_only(smollm2_path):
+    """A bug a request reaches inside the runner (here: a text that is not text) fails that request
+    with a short message, no source lines, while another generation goes on untouched."""
+    async def main() -> None:
+        runner = await RunnerProcess.start(smollm2_path, OPTIONS)
+        try:
+            alone, _ = await generate(runner, "Once upon a time", 16)
+            victim = asyncio.create_task(generate(runner, "Once upon a time", 16))
+            with pytest.raises(LocalrunError) as failed:
+                await runner.call("tokenize", text=12345, special=False)
+            message = failed.value.message
+            assert message.startswith("internal error in the runner (") and "the model goes on" in message
+            assert "File " not in message and "line " not in message
+            with pytest.raises(LocalrunError, match="internal error"):  # a request the runner cannot even read
+                await generate_request(runner, {**request("hi", 4, n=2), "sampling": {"logit_bias": {"x": 1}}})
+            assert (await victim)[0] == alone and runner.alive
+            assert (await generate(runner, "Once upon a time", 16))[0] == alone
+        finally:
+            await runner.close()
+
+    asyncio.run(main())
+
+
+async def generate_request(runner: RunnerProcess, body: dict) -> list[dict]:
+    return [message async for message in runner.stream("generate", request=body)]

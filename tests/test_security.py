@@ -14,8 +14,9 @@ import pytest
 
 from localrun.config import Settings
 from localrun.errors import UsageError
-from localrun.server.security import (Limits, OriginGuard, check_bind, is_loopback, json_depth, key_matches,
-                                      origin_pattern, presented_key, same_origin, split_host)
+from localrun.server.body import MAX_JSON_VALUES, parse, structure
+from localrun.server.security import (Limits, OriginGuard, check_bind, is_loopback, key_matches, origin_pattern,
+                                      presented_key, same_origin, split_host)
 from tests.cli import run_cli
 from tests.daemon import free_port, start_daemon
 
@@ -29,7 +30,12 @@ EXTRA_ORIGIN = "https://app.example.com"
 @pytest.mark.parametrize("value, host", [
     ("localhost:11435", "localhost"), ("LOCALHOST", "localhost"), ("127.0.0.1", "127.0.0.1"),
     ("[::1]:8080", "::1"), ("[::1]", "::1"), ("::1", "::1"), ("evil.com:80", "evil.com"),
-    ("http://10.0.0.2:8000", "10.0.0.2"), ("0.0.0.0:11435", "0.0.0.0"),
+    ("http://10.0.0.2:8000", "10.0.0.2"), ("0.0.0.0:11435", "0.0.0.0"), (" 127.0.0.1:80 ", "127.0.0.1"),
+    # RFC 3986: what is not `host [":" port]` has no host, so it is never taken for loopback
+    ("[::1].evil.com", ""), ("[::1]evil", ""), ("127.0.0.1:80@evil.com", ""), ("localhost:80:80", ""),
+    ("[::1]:80:80", ""), ("[127.0.0.1]", ""), ("[::1", ""), ("::1]", ""), ("local host", ""),
+    ("127.0.0.1:80/x", ""), ("127.0.0.1:-1", ""), ("http://[::1].evil.com/", ""), ("user@localhost", ""),
+    ("127.0.0.1.nip.io", "127.0.0.1.nip.io"), ("[::ffff:127.0.0.1]", "::ffff:127.0.0.1"),
 ])
 def test_split_host(value, host):
     assert split_host(value) == host
@@ -39,6 +45,7 @@ def test_split_host(value, host):
     ("localhost", True), ("127.0.0.1", True), ("127.8.9.10", True), ("::1", True),
     ("0.0.0.0", False), ("::", False), ("10.0.0.2", False), ("localhost.evil.com", False),
     ("127.0.0.1.nip.io", False), ("evil.com", False), ("", False), ("128.0.0.1", False),
+    ("::ffff:127.0.0.1", False), ("127.1", False), ("0x7f.0.0.1", False), ("localhost.", False),
 ])
 def test_is_loopback(host, loopback):
     assert is_loopback(host) is loopback
@@ -83,12 +90,28 @@ def test_keys_are_matched_exactly_from_either_header():
     assert presented_key({b"authorization": b"Basic azE6eA=="}) == ""
 
 
-@pytest.mark.parametrize("body, depth", [
-    (b"{}", 1), (b"[[[]]]", 3), (b'{"a": "[[[[[["}', 1), (b'{"a": "\\"[[["}', 1), (b'"plain"', 0),
-    (b'{"a": [{"b": [1, 2]}], "c": {}}', 4),
+@pytest.mark.parametrize("body, refusal", [
+    (b'{"a": [{"b": [1, 2]}], "c": {}}', None), (b'{"a": "[[[[[[' + b"[" * 100 + b'"}', None),
+    (b"[" * 64 + b"]" * 64, None), (b"[" * 65 + b"]" * 65, "nested more than 64"),
+    (b"[" * 5000 + b"]" * 5000, "nested more than 64"),
+    (b'{"a": "\\\\ud800"}', None), (b'{"a": "\\ud83d\\ude00"}', None),  # an escaped backslash; a valid pair
+    (b'{"messages": [{"content": "x\\ud800"}]}', "messages[0].content: text contains an unpaired surrogate"),
+    (b'{"stop": ["\\udfff"]}', "stop[0]: text contains an unpaired surrogate"),
+    (b'{"\\ud800": 1}', "unpaired surrogate"), (b'{"prompt": "a\\u0000b"}', "prompt: text must not contain NUL"),
+    (b'{"a": ', "invalid JSON body"),
 ])
-def test_json_depth_ignores_brackets_in_strings(body, depth):
-    assert json_depth(body) == depth
+def test_bodies_are_parsed_once_and_checked(body, refusal):
+    parsed = parse(body, structure(body))
+    assert parsed.refusal == refusal if refusal is None else refusal in parsed.refusal
+    assert parsed.ok is (refusal is None)
+
+
+def test_a_body_of_a_million_values_is_refused_before_it_is_parsed():
+    hostile = b'{"x": [' + b",".join([b"[]"] * (MAX_JSON_VALUES // 2 + 1)) + b"]}"
+    assert "more than" in parse(hostile, structure(hostile)).refusal
+    # the same brackets inside a string (a prompt full of code) are text, not values
+    text = b'{"prompt": "' + b"[]," * MAX_JSON_VALUES + b'"}'
+    assert parse(text, structure(text)).ok
 
 
 def test_limits_check_every_dialect_field():
@@ -144,7 +167,8 @@ def _dialect_error(path: str, response: httpx.Response, status: int, kind: str) 
         assert body["type"] == "error" and body["error"]["type"] == kind
         return body["error"]["message"]
     if path.startswith("/v1/"):
-        assert body["error"]["code"] == status and body["error"]["type"] == kind
+        assert body["error"]["type"] == kind and body["error"]["code"] in (None, "invalid_api_key",
+                                                                             "request_too_large")
         return body["error"]["message"]
     assert isinstance(body["error"], str)
     return body["error"]
@@ -195,6 +219,7 @@ def test_wrong_or_missing_keys_get_401_in_each_dialect(http, headers):
     ("localhost", 200), ("LOCALHOST:{port}", 200), ("127.0.0.1:{port}", 200), ("127.1.2.3", 200),
     ("[::1]:{port}", 200), ("evil.example", 403), ("evil.example:{port}", 403),
     ("localhost.evil.example", 403), ("127.0.0.1.nip.io:{port}", 403), ("192.168.1.10", 403),
+    ("[::1].evil.example", 403), ("[::1]evil", 403), ("127.0.0.1:{port}@evil.example", 403),
 ])
 def test_host_header_must_be_loopback(keyed, http, host, status):
     response = http.get("/api/tags", headers={**AUTH, "Host": host.format(port=keyed.port)})

@@ -112,13 +112,19 @@ UNSUPPORTED = [
     ({"type": "object", "properties": {"a": {"type": "string"}}, "anyOf": [{"required": ["a"]}]}, "beside anyOf"),
     ({"$ref": "#/$defs/A", "maxLength": 2, "$defs": {"A": {"type": "string"}}}, "beside $ref"),
     ({"allOf": [{"type": "string"}, {"maxLength": 3}]}, "allOf"),
-    ({"type": "strange"}, "Unrecognized schema"),
+]
+INVALID = [  # not JSON Schemas at all: the meta-schema says where
+    ({"type": "strange"}, "output schema.type: 'strange' is not valid"),
+    ({"type": "object", "properties": {"a": "string"}}, "output schema.properties.a: 'string' is not of type"),
+    ({"type": "array", "minItems": -1}, "output schema.minItems"),
 ]
 
 
-@pytest.mark.parametrize("schema, message", UNSUPPORTED)
-def test_unenforceable_schemas_are_a_clear_400(client, schema, message):
-    with pytest.raises(openai.BadRequestError, match="unsupported JSON schema") as refused:
+@pytest.mark.parametrize("schema, kind, message", [(schema, "unsupported JSON schema", message)
+                                                   for schema, message in UNSUPPORTED]
+                         + [(schema, "invalid JSON schema", message) for schema, message in INVALID])
+def test_unenforceable_or_invalid_schemas_are_a_clear_400(client, schema, kind, message):
+    with pytest.raises(openai.BadRequestError, match=kind) as refused:
         client.chat.completions.create(
             model=MODEL, messages=[{"role": "user", "content": "hi"}], max_tokens=5,
             response_format={"type": "json_schema", "json_schema": {"name": "out", "schema": schema}})

@@ -16,8 +16,8 @@ from urllib.parse import urlsplit
 
 from localrun.config import DEFAULT_PORT
 from localrun.errors import UsageError
+from localrun.hosts import is_loopback, split_host
 
-_LOOPBACK = ("127.0.0.1", "localhost", "::1")
 _WILDCARD = {"0.0.0.0": "127.0.0.1", "::": "::1", "": "127.0.0.1"}
 _SCHEME_PORT = {"http": 80, "https": 443}
 
@@ -39,16 +39,19 @@ class Address:
     @property
     def is_loopback(self) -> bool:
         """Whether this is a daemon on this machine, which the CLI may start and stop."""
-        host = _WILDCARD.get(self.host, self.host)
-        return host in _LOOPBACK or host.startswith("127.")
+        return is_loopback(_WILDCARD.get(self.host, self.host))
 
 
 def parse_address(value: str) -> Address:
     """Parse a host setting; raises UsageError on anything that is not host[:port] or a URL."""
     text = value.strip()
     explicit = "://" in text
-    parts = urlsplit(text if explicit else f"http://{text}")
-    if parts.scheme not in _SCHEME_PORT or parts.query or parts.fragment or "@" in parts.netloc:
+    try:
+        parts = urlsplit(text if explicit else f"http://{text}")
+    except ValueError:  # an unclosed "[" and the like
+        parts = None
+    if (parts is None or parts.scheme not in _SCHEME_PORT or parts.query or parts.fragment
+            or (parts.netloc.partition(":")[0] and not split_host(parts.netloc))):
         raise UsageError(f"invalid host {value!r}: expected HOST[:PORT] or http(s)://HOST[:PORT]")
     try:
         port = parts.port

@@ -10,8 +10,10 @@ context of its own and can run for minutes, runs on a thread of its own.
 from __future__ import annotations
 
 import queue
+import sys
 import threading
 import time
+import traceback
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -24,6 +26,7 @@ from localrun.runner.prompt import build_grammar, build_prompt
 from localrun.runner.protocol import Channel
 from localrun.sampling import SamplingParams
 from localrun.tools import CallHoldback, active_tools, parse_tool_calls
+from localrun.tools.parse import unfinished_call_cut
 
 SHUTDOWN = {"op": "shutdown"}
 
@@ -38,6 +41,7 @@ class _Choice:
     text: list[str] = field(default_factory=list)
     tools: list[dict[str, Any]] | None = None
     holdback: CallHoldback | None = None
+    context: list[int] | None = None  # prompt + generated token ids, when the request wants them back
 
     def visible(self, text: str) -> str:
         return self.holdback.push(text) if self.holdback else text
@@ -45,7 +49,8 @@ class _Choice:
     def take_calls(self) -> tuple[str, list[ToolCall]]:
         """(the held-back text that is not a call, the calls) at the end of the choice."""
         held = self.holdback.finish() if self.holdback else ""
-        return parse_tool_calls(held, {tool["name"] for tool in self.tools or ()})
+        rest, calls = parse_tool_calls(held, {tool["name"] for tool in self.tools or ()})
+        return unfinished_call_cut(rest), calls
 
 
 class RunnerHost:
@@ -97,6 +102,8 @@ class RunnerHost:
             handler(rid, message)
         except LocalrunError as e:
             self._error(rid, e)
+        except Exception as e:  # noqa: BLE001 - one request's bug must not end the others
+            self._error(rid, internal_error(e))
 
     def _error(self, rid: str, error: LocalrunError) -> None:
         self.channel.send({"type": "error", "id": rid, "message": error.message, "error": type(error).__name__})
@@ -107,11 +114,18 @@ class RunnerHost:
         sampling = request.sampling
         sampling.grammar = build_grammar(request) or sampling.grammar
         tools = active_tools(request.tools, request.tool_choice)
-        for index in range(max(1, request.n)):
-            key = f"{rid}#{index}"
-            choice_sampling = sampling if request.n <= 1 or sampling.seed is None else _reseeded(sampling, index)
-            self.engine.add(Request(id=key, prompt=prompt, sampling=choice_sampling))
-            self.choices[key] = _Choice(rid, index, tools=tools, holdback=CallHoldback() if tools else None)
+        keys = [f"{rid}#{index}" for index in range(max(1, request.n))]
+        try:
+            for index, key in enumerate(keys):
+                choice_sampling = sampling if request.n <= 1 or sampling.seed is None else _reseeded(sampling, index)
+                self.engine.add(Request(id=key, prompt=prompt, sampling=choice_sampling))
+                self.choices[key] = _Choice(rid, index, tools=tools, holdback=CallHoldback() if tools else None,
+                                            context=list(prompt) if request.return_context else None)
+        except Exception:
+            for key in keys:  # the choices already queued go too: the request failed as a whole
+                if self.choices.pop(key, None) is not None:
+                    self.engine.cancel(key)
+            raise
         self.channel.send({"type": "accepted", "id": rid, "prompt_tokens": len(prompt)})
 
     def _op_cancel(self, rid: str, message: dict[str, Any]) -> None:
@@ -183,6 +197,9 @@ class RunnerHost:
         """The prompt's own tokens with their log-probabilities (the first has none) and top alternatives."""
         engine = self.engine
         tokens = engine.tokenize(message["prompt"], add_special=True, parse_special=True)
+        if not tokens:  # an empty prompt (for a model that adds no BOS) has nothing to score
+            self._result(rid, {"tokens": []})
+            return
         rows = engine.prompt_logprobs(tokens, message.get("top", 0))
         piece = lambda token: engine.detokenize([token])  # noqa: E731
         items = [TokenLogprob(piece(tokens[0]), None)] + [
@@ -203,6 +220,8 @@ class RunnerHost:
         if choice is None:
             return []
         if isinstance(event, Token):
+            if choice.context is not None:
+                choice.context.append(event.token)
             text = choice.visible(event.text)
             if text or event.logprob is not None:
                 return [self._delta(choice, text, _logprobs(self.engine, event))]
@@ -211,7 +230,7 @@ class RunnerHost:
         rest, calls = choice.take_calls()
         out = [self._delta(choice, rest, [])] if rest else []
         done = Done(choice.index, "tool_calls" if calls else event.reason, event.timings, "".join(choice.text), calls,
-                    event.stop_text)
+                    event.stop_text, choice.context)
         out.append(encode_event(choice.request_id, done))
         return out
 
@@ -220,10 +239,21 @@ class RunnerHost:
         return encode_event(choice.request_id, Delta(choice.index, text, logprobs))
 
 
+def internal_error(error: Exception) -> LocalrunError:
+    """What the caller of a request that hit a bug in the runner is told: the error's type only (no
+    source lines, no paths); the traceback goes to the runner's stderr, which the daemon logs."""
+    traceback.print_exception(error, file=sys.stderr)
+    return LocalrunError(f"internal error in the runner ({type(error).__name__}); this request was ended, "
+                         "the model goes on serving the others")
+
+
 def _logprobs(engine: Engine, event: Token) -> list[TokenLogprob]:
+    """The token's own bytes go too: one that ends inside a UTF-8 character has no text of its own
+    (its text shows U+FFFD)."""
     if event.logprob is None:
         return []
-    return [TokenLogprob(engine.detokenize([event.token]), event.logprob, event.top_logprobs or [])]
+    raw = engine.model.special_piece(event.token)
+    return [TokenLogprob(raw.decode("utf-8", "replace"), event.logprob, event.top_logprobs or [], list(raw))]
 
 
 def _reseeded(sampling: SamplingParams, index: int) -> SamplingParams:

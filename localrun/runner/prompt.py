@@ -14,6 +14,7 @@ from localrun.engine import Engine, schema_to_grammar
 from localrun.errors import InvalidRequest
 from localrun.native import GenerateRequest
 from localrun.tools import active_tools, prepare_messages, tool_call_grammar
+from localrun.tools.bounds import MAX_GRAMMAR_CHARS
 from localrun.tools.schema import check_supported, normalized
 
 
@@ -54,7 +55,16 @@ def _continuing(rendered: str, prefill: str) -> str:
 
 
 def build_grammar(request: GenerateRequest) -> str | None:
-    """A GBNF grammar that forces the requested output shape, or None for free text."""
+    """A GBNF grammar that forces the requested output shape, or None for free text; one larger than
+    MAX_GRAMMAR_CHARS is refused before llama.cpp parses it (tools/bounds.py says why)."""
+    grammar = _grammar(request)
+    if grammar is not None and len(grammar) > MAX_GRAMMAR_CHARS:
+        raise InvalidRequest(f"JSON schema too costly to enforce: its grammar is {len(grammar)} characters; "
+                             f"at most {MAX_GRAMMAR_CHARS} are accepted")
+    return grammar
+
+
+def _grammar(request: GenerateRequest) -> str | None:
     forced = tool_call_grammar(active_tools(request.tools, request.tool_choice), request.tool_choice)
     if forced is not None:
         return forced

@@ -19,8 +19,9 @@ def create_app(config: Settings | None = None, store: Any = None, manager: Model
     config = config or Settings.from_env()
     if store is None:
         from localrun.store import Store
+        from localrun.store.download import Guard, Policy
 
-        store = Store()
+        store = Store(policy=Policy(guard=Guard.from_env()))  # pulls for HTTP clients: no private addresses
     manager = manager or ModelManager(config, store)
 
     @contextlib.asynccontextmanager

@@ -1,7 +1,8 @@
 """Errors in each dialect's own shape, chosen by the route's path.
 
     /v1/messages...  Anthropic  {"type": "error", "error": {"type", "message"}}
-    /v1/...          OpenAI     {"error": {"message", "type", "param", "code"}}
+    /v1/...          OpenAI     {"error": {"message", "type", "param", "code"}}: `param` names the field
+                                at fault when it is known, `code` is a string or null, as OpenAI sends
     anything else    Ollama     {"error": "message"}
 """
 
@@ -15,7 +16,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException
 
-from localrun.errors import LocalrunError, Overloaded
+from localrun.errors import InvalidRequest, LocalrunError, ModelNotFound, Overloaded
 
 log = logging.getLogger("localrun.server")
 
@@ -31,29 +32,49 @@ def dialect(path: str) -> str:
     return "openai" if path.startswith("/v1/") else "ollama"
 
 
-def error_body(path: str, status: int, message: str) -> dict[str, Any]:
+def error_body(path: str, status: int, message: str, param: str | None = None,
+               code: str | None = None) -> dict[str, Any]:
     kind = dialect(path)
     if kind == "anthropic":
         return {"type": "error", "error": {"type": _ANTHROPIC_TYPES.get(status, "api_error"), "message": message}}
     if kind == "openai":
-        return {"error": {"message": message, "type": _OPENAI_TYPES.get(status, "server_error"), "param": None,
-                          "code": status}}
+        return {"error": {"message": message, "type": _OPENAI_TYPES.get(status, "server_error"), "param": param,
+                          "code": code or _OPENAI_CODES.get(status)}}
     return {"error": message}
 
 
-def error_response(path: str, status: int, message: str, headers: dict[str, str] | None = None) -> JSONResponse:
-    return JSONResponse(error_body(path, status, message), status_code=status, headers=headers)
+_OPENAI_CODES = {401: "invalid_api_key", 413: "request_too_large", 429: "rate_limit_exceeded"}
+
+
+def error_response(path: str, status: int, message: str, headers: dict[str, str] | None = None,
+                   param: str | None = None, code: str | None = None) -> JSONResponse:
+    return JSONResponse(error_body(path, status, message, param, code), status_code=status, headers=headers)
 
 
 def localrun_error_response(path: str, error: LocalrunError) -> JSONResponse:
     headers = {"Retry-After": str(error.retry_after)} if isinstance(error, Overloaded) else None
-    return error_response(path, error.status, error.message, headers)
+    param = error.param if isinstance(error, InvalidRequest) else None
+    code = "model_not_found" if isinstance(error, ModelNotFound) else None
+    return error_response(path, error.status, error.message, headers, param, code)
+
+
+def field_path(path: tuple[Any, ...]) -> str:
+    """("messages", 1, "role") -> "messages[1].role", as errors name a request's fields."""
+    out = ""
+    for part in path:
+        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
+    return out
+
+
+def _field(loc: tuple[Any, ...]) -> str:
+    """A pydantic error location (it starts with "body") as a field path."""
+    return field_path(loc[1:] if loc[:1] == ("body",) else loc)
 
 
 def _validation_message(exc: RequestValidationError) -> str:
     parts = []
     for err in exc.errors()[:3]:
-        where = ".".join(str(p) for p in err.get("loc", ()) if p != "body")
+        where = _field(tuple(err.get("loc", ())))
         parts.append(f"{where}: {err.get('msg', 'invalid')}" if where else str(err.get("msg", "invalid")))
     return "invalid request: " + "; ".join(parts)
 
@@ -67,7 +88,9 @@ def install(app: FastAPI) -> None:
 
     @app.exception_handler(RequestValidationError)
     async def _invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
-        return error_response(request.url.path, 400, _validation_message(exc))
+        errors = exc.errors()
+        param = _field(tuple(errors[0].get("loc", ()))) or None if errors else None
+        return error_response(request.url.path, 400, _validation_message(exc), param=param)
 
     @app.exception_handler(HTTPException)
     async def _http(request: Request, exc: HTTPException) -> JSONResponse:
@@ -76,4 +99,5 @@ def install(app: FastAPI) -> None:
     @app.exception_handler(Exception)
     async def _unexpected(request: Request, exc: Exception) -> JSONResponse:
         log.exception("unexpected error on %s", request.url.path)
-        return error_response(request.url.path, 500, f"internal error: {type(exc).__name__}: {exc}")
+        return error_response(request.url.path, 500, f"internal error ({type(exc).__name__}); the server log "
+                              "has the details")

@@ -20,6 +20,7 @@ from localrun.errors import ContextOverflow
 from localrun.server.defaults import for_model, how_to_raise
 from localrun.server.manager import Loaded, ModelManager
 from localrun.server.metrics import Observer
+from localrun.server.validate import check_generate
 
 
 @dataclass(slots=True)
@@ -37,6 +38,7 @@ async def start(manager: ModelManager, request: GenerateRequest,
                 api_defaults: Mapping[str, Any] | None = None) -> Generation:
     """Start `request`; `api_defaults` are the dialect's documented sampling defaults, when they differ
     from llama.cpp's (server/defaults.py says where they come in the precedence)."""
+    check_generate(request)
     stack = contextlib.AsyncExitStack()
     started = time.perf_counter()
     try:

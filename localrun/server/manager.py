@@ -79,12 +79,13 @@ class _Loading:
     claims: int = 0
 
 
-def _check_context(model: Any, num_ctx: int | None) -> None:
+def check_context(model: Any, num_ctx: int | None, field: str = "num_ctx") -> None:
     """A request may not ask for more context than the model was trained for: it buys nothing, and a
     huge one makes llama.cpp try (for minutes) to allocate it."""
     limit = getattr(getattr(model, "facts", None), "context_length", 0)
     if num_ctx is not None and limit and num_ctx > limit:
-        raise InvalidRequest(f"num_ctx: {model.name} supports at most {limit} tokens of context, not {num_ctx}")
+        raise InvalidRequest(f"{field}: {model.name} supports at most {limit} tokens of context, not {num_ctx}",
+                             param=field)
 
 
 def _seen(task: asyncio.Task[Any]) -> None:
@@ -136,7 +137,7 @@ class ModelManager:
         if self.closing:
             raise DaemonUnavailable("the server is shutting down")
         num_ctx = context_size(num_ctx, model.defaults)
-        _check_context(model, num_ctx)
+        check_context(model, num_ctx)
         loaded = self.loaded.get(model.digest)
         if loaded is not None and not self._stale(loaded, num_ctx):
             self._admit(loaded)

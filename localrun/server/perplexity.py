@@ -10,20 +10,27 @@ from __future__ import annotations
 from typing import Any
 
 from fastapi import APIRouter, Request
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
 from localrun.server.hangup import unless_hung_up
+from localrun.server.jsonbody import JSONBodyRoute
 from localrun.memory import kv_bytes
+from localrun.server.manager import check_context
+from localrun.server.wire import WireModel
 
-router = APIRouter(tags=["perplexity"])
+router = APIRouter(tags=["perplexity"], route_class=JSONBodyRoute)
+
+MAX_TOKENS = 1 << 20
+MAX_BATCH = 16384  # llama-perplexity's default is 2048; more only grows the job's own KV cache
 
 
-class PerplexityRequest(BaseModel):
-    model_config = ConfigDict(extra="allow")
+class PerplexityRequest(WireModel):
     model: str = Field(min_length=1)
     text: str = Field(min_length=1)
-    ctx: int = Field(512, ge=16, description="Tokens per chunk; the second half of each chunk is scored.")
-    batch: int = Field(2048, ge=1, description="Tokens per llama_decode: batch // ctx chunks evaluated together.")
+    ctx: int = Field(512, ge=16, le=MAX_TOKENS, description="Tokens per chunk; the second half of each chunk is "
+                                                            "scored. At most the model's context length.")
+    batch: int = Field(2048, ge=1, le=MAX_BATCH, description="Tokens per llama_decode: batch // ctx chunks "
+                                                             "evaluated together.")
 
 
 @router.post("/api/perplexity")
@@ -32,6 +39,7 @@ async def perplexity(body: PerplexityRequest, request: Request) -> dict[str, Any
     context's KV cache counts against the memory budget while it runs."""
     manager = request.app.state.manager
     async with manager.lease(body.model) as loaded:
+        check_context(loaded.model, body.ctx, "ctx")
         cells = body.ctx * max(1, body.batch // body.ctx)  # the job's own context: batch // ctx chunks at most
         extra = kv_bytes(loaded.model.facts.kv_bytes_per_token, loaded.options.kv_cache_type, cells)
         with manager.reserve(loaded, extra):

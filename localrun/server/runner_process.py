@@ -20,7 +20,7 @@ import signal
 import socket
 import sys
 from pathlib import Path
-from typing import Any, AsyncIterator, Callable
+from typing import Any, AsyncIterator, Callable, Iterable
 
 from localrun.config import EngineSettings
 from localrun.cpu_features import crash_hint
@@ -143,7 +143,7 @@ class RunnerProcess:
     def _crash_reason(self, loading: bool = False) -> str:
         """How the runner ended, its last stderr lines, and what a CPU-feature crash means."""
         status = f"killed by signal {self.death_signal}" if self.death_signal else f"exit code {self.proc.returncode}"
-        tail = " | ".join(list(self._stderr)[-3:])
+        tail = " | ".join(_told(self._stderr)[-3:])
         hint = crash_hint(self.death_signal or "", loading)
         return status + (f": {tail}" if tail else "") + (f" ({hint})" if hint else "")
 
@@ -263,6 +263,12 @@ class _Lines(asyncio.Protocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._on_eof()
+
+
+def _told(lines: Iterable[str]) -> list[str]:
+    """The stderr lines a caller may see: a Python traceback's header, frames and source lines are left
+    out (they name files and code), its final `Error: message` line and llama.cpp's own lines stay."""
+    return [line for line in lines if not line.startswith(("Traceback ", " ", "\t"))]
 
 
 def _result(message: dict[str, Any]) -> dict[str, Any]:

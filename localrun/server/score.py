@@ -21,18 +21,19 @@ import math
 from typing import Any, Literal
 
 from fastapi import APIRouter, Request
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import Field, model_validator
 
 from localrun.errors import InvalidRequest
-from localrun.server.openai.translate import normalize_message
+from localrun.server.jsonbody import JSONBodyRoute
+from localrun.server.openai.translate import normalize_messages
+from localrun.server.wire import WireModel
 
-router = APIRouter(tags=["score"])
+router = APIRouter(tags=["score"], route_class=JSONBodyRoute)
 
 MAX_OPTIONS = 256
 
 
-class ScoreRequest(BaseModel):
-    model_config = ConfigDict(extra="allow")
+class ScoreRequest(WireModel):
     model: str = Field(min_length=1)
     prompt: str | None = None
     messages: list[dict[str, Any]] | None = None
@@ -49,7 +50,7 @@ class ScoreRequest(BaseModel):
 @router.post("/v1/score")
 async def score(body: ScoreRequest, request: Request) -> dict[str, Any]:
     _check_options(body.options)
-    messages = [normalize_message(m) for m in body.messages] if body.messages is not None else None
+    messages = normalize_messages(body.messages) if body.messages is not None else None
     async with request.app.state.manager.lease(body.model) as loaded:
         value = await loaded.runner.call("score", prompt=body.prompt, messages=messages, options=body.options)
     scores = [lp / n if body.normalize == "mean" else lp for lp, n in zip(value["logprobs"], value["tokens"])]

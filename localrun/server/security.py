@@ -10,8 +10,9 @@ From the outside in (see `install`):
     KeyGuard      with LOCALRUN_API_KEY set, every route but /health and the chat page's static files
                   needs `Authorization: Bearer` or `x-api-key`, compared in constant time against
                   every key (401). The page must load without the key so that it can ask for it.
-    BodyLimits    the body is read once, before any route parses it: size (413), JSON nesting
-                  depth, and the counts a request may ask for (messages, inputs, max tokens) (400).
+    BodyLimits    the body is read once and parsed once, before any route runs (body.py): size
+                  (413), JSON size and nesting, valid Unicode text, and the counts a request may ask
+                  for (messages, inputs, max tokens) (400).
 
 Every refusal is a JSON error in the dialect of the path (server/errors.py).
 """
@@ -21,50 +22,28 @@ from __future__ import annotations
 import fnmatch
 import hmac
 import ipaddress
-import json
 import re
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
 
 from starlette.middleware.cors import CORSMiddleware
-from starlette.types import ASGIApp, Message, Receive, Scope, Send
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 from localrun.config import Settings
 from localrun.errors import UsageError
+from localrun.hosts import is_loopback, split_host
+from localrun.server.body import BodyLimits
 from localrun.server.errors import error_response
 
 OPEN_PATHS = frozenset({"/health", "/"})
 OPEN_PREFIX = "/ui/"  # the chat page's files (server/web): public, they ship in the package
-MAX_JSON_DEPTH = 64
 LOOPBACK_ORIGIN = r"https?://(localhost|127(\.\d{1,3}){3}|\[::1\])(:\d{1,5})?"
-_STRING = re.compile(rb'"(?:[^"\\]|\\.)*"', re.DOTALL)
-_BRACKET = re.compile(rb"[\[\]{}]")
 _MAX_TOKEN_FIELDS = ("max_tokens", "max_completion_tokens", "num_predict")
 _INPUT_FIELDS = ("input", "prompt", "inputs")
 
 
 # --- pure decisions --------------------------------------------------------------------------
-
-
-def split_host(value: str) -> str:
-    """The host name of a Host header or bind address: "[::1]:80" -> "::1", "localhost:11435" -> "localhost"."""
-    value = value.strip().lower()
-    if "://" in value:
-        return urlsplit(value).hostname or ""
-    if value.startswith("["):
-        return value[1:value.find("]")] if "]" in value else value[1:]
-    return value.rsplit(":", 1)[0] if value.count(":") == 1 else value
-
-
-def is_loopback(host: str) -> bool:
-    """localhost, 127.0.0.0/8 or ::1 (a bare host name, as `split_host` returns it)."""
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
 
 
 def origin_pattern(extra: tuple[str, ...]) -> str:
@@ -97,22 +76,12 @@ def presented_key(headers: dict[bytes, bytes]) -> str:
     return headers.get(b"x-api-key", b"").decode("latin-1").strip()
 
 
-def json_depth(body: bytes) -> int:
-    """The deepest nesting of arrays and objects, found without parsing (strings are skipped first)."""
-    depth = deepest = 0
-    for bracket in _BRACKET.findall(_STRING.sub(b"", body)):
-        depth += 1 if bracket in b"[{" else -1
-        deepest = max(deepest, depth)
-    return deepest
-
-
 @dataclass(frozen=True, slots=True)
 class Limits:
     max_body: int
     max_messages: int
     max_tokens: int
     max_inputs: int
-    max_depth: int = MAX_JSON_DEPTH
 
     @classmethod
     def from_config(cls, config: Settings) -> Limits:
@@ -193,77 +162,12 @@ class KeyGuard:
         await self.app(scope, receive, send)
 
 
-class BodyLimits:
-    def __init__(self, app: ASGIApp, limits: Limits) -> None:
-        self.app, self.limits = app, limits
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or scope["method"] in ("GET", "HEAD", "OPTIONS"):
-            return await self.app(scope, receive, send)
-        path = scope["path"]
-        declared = _headers(scope).get(b"content-length", b"0")
-        if declared.isdigit() and int(declared) > self.limits.max_body:
-            return await self._too_large(scope, receive, send)
-        body = await self._read(receive)
-        if body is None:
-            return await self._too_large(scope, receive, send)
-        refusal = self._refusal(body)
-        if refusal:
-            return await error_response(path, 400, refusal)(scope, receive, send)
-        await self.app(scope, _replay(body, receive), send)
-
-    async def _too_large(self, scope: Scope, receive: Receive, send: Send) -> None:
-        message = f"request body larger than {self.limits.max_body} bytes (LOCALRUN_MAX_BODY)"
-        await error_response(scope["path"], 413, message, {"Connection": "close"})(scope, receive, send)
-
-    async def _read(self, receive: Receive) -> bytes | None:
-        """The whole body, or None as soon as it passes the size limit."""
-        chunks, size = [], 0
-        while True:
-            message = await receive()
-            if message["type"] == "http.disconnect":
-                break
-            chunk = message.get("body", b"")
-            size += len(chunk)
-            if size > self.limits.max_body:
-                return None
-            chunks.append(chunk)
-            if not message.get("more_body"):
-                break
-        return b"".join(chunks)
-
-    def _refusal(self, body: bytes) -> str | None:
-        if body.lstrip()[:1] not in (b"{", b"["):
-            return None
-        depth = json_depth(body)
-        if depth > self.limits.max_depth:
-            return f"JSON nested {depth} levels deep; at most {self.limits.max_depth} are accepted"
-        try:
-            data = json.loads(body)
-        except ValueError:
-            return None  # the route's own parser reports malformed JSON in its dialect
-        return self.limits.check(data)
-
-
-def _replay(body: bytes, receive: Receive) -> Receive:
-    """A receive that hands the app the body already read, then the client's later messages (disconnect)."""
-    sent = False
-
-    async def replay() -> Message:
-        nonlocal sent
-        if not sent:
-            sent = True
-            return {"type": "http.request", "body": body, "more_body": False}
-        return await receive()
-
-    return replay
-
-
 def install(app: Any, config: Settings) -> None:
     """Add the guards to `app`; `config.host` must be the address the daemon is bound to."""
     origins = origin_pattern(config.origins)
     # Starlette runs the last added middleware first: add from the inside out.
-    app.add_middleware(BodyLimits, limits=Limits.from_config(config))
+    limits = Limits.from_config(config)
+    app.add_middleware(BodyLimits, max_body=limits.max_body, check=limits.check)
     app.add_middleware(KeyGuard, keys=config.api_keys)
     app.add_middleware(CORSMiddleware, allow_origin_regex=origins, allow_methods=["*"], allow_headers=["*"],
                        expose_headers=["Retry-After"], max_age=600)
@@ -271,5 +175,5 @@ def install(app: Any, config: Settings) -> None:
                        origins=re.compile(origins))
 
 
-__all__ = ["BodyLimits", "KeyGuard", "Limits", "OriginGuard", "check_bind", "install", "is_loopback",
-           "json_depth", "key_matches", "origin_pattern", "same_origin", "split_host"]
+__all__ = ["KeyGuard", "Limits", "OriginGuard", "check_bind", "install", "is_loopback", "key_matches",
+           "origin_pattern", "same_origin", "split_host"]

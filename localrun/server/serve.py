@@ -10,6 +10,7 @@ from typing import Any, Callable
 import uvicorn
 
 from localrun.config import Settings
+from localrun.server.timeouts import HeaderDeadline
 
 CLOSE_S = 5  # after the drain: time for the final error events to reach their clients
 
@@ -31,12 +32,12 @@ def run_server(config: Settings, host: str, port: int, insecure: bool = False) -
     level = logging.DEBUG if config.debug else logging.INFO
     logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     app = create_app(config)
-    # http="h11": uvicorn would switch to httptools wherever that happens to be installed, and httptools
-    # answers methods it does not know with its own 400 instead of the app's 405. uvicorn's access log is off:
-    # server/access_log.py writes one with the model, tokens and request id.
+    # h11 (with a deadline for headers): uvicorn would switch to httptools wherever that happens to be
+    # installed, and httptools answers methods it does not know with its own 400 instead of the app's 405.
+    # uvicorn's access log is off: server/access_log.py writes one with the model, tokens and request id.
     server = _Server(uvicorn.Config(app, host=host, port=port, log_level="debug" if config.debug else "info",
                                     timeout_graceful_shutdown=int(drain_s) + CLOSE_S, access_log=False,
-                                    http="h11"),
+                                    http=HeaderDeadline),
                      on_exit=lambda: app.state.manager.begin_shutdown(drain_s))
     server.run()
 

@@ -6,20 +6,21 @@ from __future__ import annotations
 from typing import Any
 
 from fastapi import APIRouter, Request
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
-router = APIRouter(tags=["tokens"])
+from localrun.server.jsonbody import JSONBodyRoute
+from localrun.server.wire import WireModel
+
+router = APIRouter(tags=["tokens"], route_class=JSONBodyRoute)
 
 
-class TokenizeRequest(BaseModel):
-    model_config = ConfigDict(extra="allow")
+class TokenizeRequest(WireModel):
     model: str = Field(min_length=1)
     text: str
     add_special: bool = False
 
 
-class DetokenizeRequest(BaseModel):
-    model_config = ConfigDict(extra="allow")
+class DetokenizeRequest(WireModel):
     model: str = Field(min_length=1)
     tokens: list[int]
 

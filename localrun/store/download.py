@@ -16,6 +16,7 @@ reads are 1 MiB instead of 64 KiB (reads.py).
 from __future__ import annotations
 
 import shutil
+import socket
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -24,14 +25,50 @@ from urllib.parse import urlsplit
 
 import httpx
 
-from localrun.errors import ChecksumMismatch, DiskFull, DownloadError, NotGGUF
+from localrun import config
+from localrun.errors import ChecksumMismatch, DiskFull, DownloadError, NotGGUF, SourceRefused
 from localrun.store.digests import BackgroundHash
 from localrun.store.ggufinfo import HEADER_SIZE, check_header
 from localrun.store.reads import widen_reads
+from localrun.store.sources import is_public
 from localrun.store.writeback import WriteBehind
 
 _HEX64 = frozenset("0123456789abcdef")
 PROGRESS_INTERVAL = 0.05  # seconds between progress callbacks (the last one always comes)
+
+
+@dataclass(frozen=True, slots=True)
+class Guard:
+    """Which hosts a pull may fetch from, checked before every request, each redirect hop included.
+
+    The daemon pulls for HTTP clients, which must not use it to probe or reach the host's network:
+    a host that resolves to a non-public address (loopback, link-local, private ...) is refused
+    unless `allow_private` (LOCALRUN_ALLOW_PRIVATE_PULL) or it is one of `trusted` (the host of
+    LOCALRUN_MIRROR, which the operator chose). The CLI pulls for its own user and has no guard."""
+
+    trusted: frozenset[str] = frozenset()
+    allow_private: bool = False
+
+    @classmethod
+    def from_env(cls) -> Guard:
+        mirror = config.read("LOCALRUN_MIRROR")
+        host = urlsplit(mirror if "://" in mirror else f"http://{mirror}").hostname if mirror else None
+        return cls(frozenset({host} if host else ()), config.read("LOCALRUN_ALLOW_PRIVATE_PULL"))
+
+    def check(self, request: httpx.Request) -> None:
+        url = request.url
+        if url.scheme not in ("http", "https"):
+            raise SourceRefused(f"refusing to download from {url.scheme}: URLs; use http or https")
+        host = url.host
+        if self.allow_private or host in self.trusted:
+            return
+        try:
+            found = socket.getaddrinfo(host, url.port or 443, type=socket.SOCK_STREAM)
+        except (OSError, UnicodeError):
+            raise DownloadError(f"cannot download a GGUF model from {host}") from None
+        if not found or not all(is_public(info[4][0]) for info in found):
+            raise SourceRefused(f"refusing to download from {host}: it is a local or private address; set "
+                                "LOCALRUN_ALLOW_PRIVATE_PULL=1 on the daemon to allow it")
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,10 +80,13 @@ class Policy:
     backoff: float = 0.5  # seconds before the first retry; doubles, capped at 10 s
     connect_timeout: float = 15.0
     read_timeout: float = 60.0
+    guard: Guard | None = None  # set for pulls the daemon makes for HTTP clients
 
     def client(self) -> httpx.Client:
         timeout = httpx.Timeout(self.read_timeout, connect=self.connect_timeout)
-        return httpx.Client(timeout=timeout, follow_redirects=True, headers={"Accept-Encoding": "identity"})
+        hooks = {"request": [self.guard.check]} if self.guard else {}
+        return httpx.Client(timeout=timeout, follow_redirects=True, headers={"Accept-Encoding": "identity"},
+                            event_hooks=hooks)
 
 
 class _Retry(Exception):
@@ -252,4 +292,4 @@ def _mb(n: int) -> str:
     return f"{n / 1e6:.0f} MB"
 
 
-__all__ = ["Download", "Policy"]
+__all__ = ["Download", "Guard", "Policy"]

@@ -6,6 +6,7 @@ request (the Hugging Face file listing) and `store.py` acts on the result.
 
 from __future__ import annotations
 
+import ipaddress
 import re
 from dataclasses import dataclass
 from pathlib import PurePosixPath
@@ -37,6 +38,15 @@ def rewrite_host(url: str, mirror: str) -> str:
         raise UsageError(f"LOCALRUN_MIRROR must be an http(s) URL, got {mirror!r}")
     u = urlsplit(url)
     return urlunsplit((m.scheme, m.netloc, m.path.rstrip("/") + u.path, u.query, ""))
+
+
+def is_public(address: str) -> bool:
+    """Whether an IP address is on the public internet: not loopback, link-local (cloud metadata at
+    169.254.169.254), private, shared, multicast or reserved, IPv4-mapped IPv6 included."""
+    ip = ipaddress.ip_address(address.split("%", 1)[0])  # an IPv6 zone ("fe80::1%eth0") is no part of it
+    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
+        ip = ip.ipv4_mapped
+    return ip.is_global and not ip.is_multicast
 
 
 def hf_file_url(repo: str, file: str, revision: str = "main") -> str:
@@ -84,4 +94,5 @@ def quant_of(filename: str) -> str:
     return found[-1].upper() if found else ""
 
 
-__all__ = ["Remote", "catalogue_remote", "hf_api_url", "hf_file_url", "hf_remote", "pick_gguf", "quant_of", "rewrite_host"]
+__all__ = ["Remote", "catalogue_remote", "hf_api_url", "hf_file_url", "hf_remote", "is_public", "pick_gguf", "quant_of",
+           "rewrite_host"]

@@ -47,6 +47,13 @@ def parse_tool_calls(text: str, names: Collection[str] | None = None) -> tuple[s
     return ("".join(kept).strip(), calls) if calls else (text, [])
 
 
+def unfinished_call_cut(text: str) -> str:
+    """The text before the first call marker left in it: what follows a marker that did not parse as a
+    call is a call cut off (by max_tokens, a stop string), whose raw markup must never reach a client."""
+    found = _MARKER.search(text)
+    return text[:found.start()].rstrip() if found else text
+
+
 def _bare_calls(text: str, names: Collection[str] | None) -> tuple[list[ToolCall], int]:
     """JSON calls at the start of the text, one after another (separated by whitespace or ';')."""
     calls: list[ToolCall] = []
@@ -112,4 +119,4 @@ def _skip(text: str, pos: int, chars: str) -> int:
     return pos
 
 
-__all__ = ["MARKERS", "new_call_id", "parse_tool_calls"]
+__all__ = ["MARKERS", "new_call_id", "parse_tool_calls", "unfinished_call_cut"]

@@ -8,13 +8,20 @@ one common shape it mishandles (a list of types with constraints, as OpenAI's st
 optional fields: {"type": ["string", "null"], "maxLength": 9}) into an anyOf, and `check_supported`
 refuses the rest with a 400 naming where they are. (Tool parameter schemas are descriptions, not
 contracts: a forced tool call enforces what the converter can and ignores the rest.)
+
+Every schema, a tool's or an output's, must first be a valid JSON Schema (`check_schema`: the
+meta-schema of its `$schema`, else draft 2020-12) within the cost bounds of bounds.py, so that what
+reaches a runner's converter is well-formed and cheap.
 """
 
 from __future__ import annotations
 
+import functools
+import json
 from typing import Any
 
 from localrun.errors import InvalidRequest
+from localrun.tools.bounds import check_cost
 
 UNENFORCED = frozenset({
     "not", "if", "then", "else", "dependentRequired", "dependentSchemas", "dependencies", "patternProperties",
@@ -81,8 +88,37 @@ def _check_node(schema: dict[str, Any], where: str) -> None:
         raise _refused(f"{where}.allOf is only supported as a merge of object schemas")
 
 
+def check_schema(schema: Any, where: str = "schema") -> None:
+    """Raise InvalidRequest (400, naming the place) unless `schema` is a valid JSON Schema whose
+    grammar stays within the cost bounds."""
+    if not isinstance(schema, (dict, bool)):
+        raise InvalidRequest(f"{where}: a JSON schema must be an object", param=where)
+    check_cost(schema, where)
+    problem = _meta_problem(json.dumps(schema, sort_keys=True))
+    if problem:
+        raise InvalidRequest(f"invalid JSON schema: {where}{problem}", param=where)
+
+
+@functools.lru_cache(maxsize=256)
+def _meta_problem(text: str) -> str | None:
+    """Why the schema (as canonical JSON) breaks its meta-schema, or None. Cached: agents such as
+    Claude Code send the same tools on every turn."""
+    from jsonschema import Draft202012Validator, SchemaError, validators
+
+    schema = json.loads(text)
+    named = isinstance(schema, dict) and isinstance(schema.get("$schema"), str)
+    validator = validators.validator_for(schema, default=Draft202012Validator) if named else Draft202012Validator
+    try:
+        validator.check_schema(schema)
+    except SchemaError as e:
+        path = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in e.absolute_path)
+        message = e.message if len(e.message) <= 200 else e.message[:200] + "…"
+        return f"{path}: {message}"
+    return None
+
+
 def _refused(message: str) -> InvalidRequest:
     return InvalidRequest(f"unsupported JSON schema: {message}")
 
 
-__all__ = ["CONSTRAINTS", "FORMATS", "UNENFORCED", "check_supported", "normalized"]
+__all__ = ["CONSTRAINTS", "FORMATS", "UNENFORCED", "check_schema", "check_supported", "normalized"]

@@ -6,27 +6,25 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
 from localrun.sampling import MAX_DRAFT
+from localrun.server.wire import WireModel
 
 
-class _Lenient(BaseModel):
-    model_config = ConfigDict(extra="allow")
-
-
-class Message(_Lenient):
-    role: Literal["user", "assistant"]
+class Message(WireModel):
+    # "system" is not in Anthropic's reference, but Claude Code sends system reminders this way
+    role: Literal["user", "assistant", "system"]
     content: str | list[dict[str, Any]]
 
 
-class ToolChoice(_Lenient):
+class ToolChoice(WireModel):
     type: Literal["auto", "any", "tool", "none"] = "auto"
     name: str | None = None
     disable_parallel_tool_use: bool | None = None
 
 
-class CountTokensRequest(_Lenient):
+class CountTokensRequest(WireModel):
     model: str = Field(min_length=1)
     messages: list[Message] = Field(min_length=1)
     system: str | list[dict[str, Any]] | None = None
@@ -43,7 +41,7 @@ class MessagesRequest(CountTokensRequest):
     stream: bool = False
     temperature: float | None = Field(None, ge=0, le=2)  # Anthropic allows 0..1; 2 for OpenAI-minded clients
     thinking: dict[str, Any] | None = None  # accepted; the template decides what thinking means
-    top_k: int | None = Field(None, ge=0)
+    top_k: int | None = Field(None, ge=0, lt=2**31)
     top_p: float | None = Field(None, ge=0, le=1)
     # localrun extensions
     num_ctx: int | None = Field(None, ge=16, description="localrun: context length per slot for this model")

@@ -19,9 +19,11 @@ from localrun.server.anthropic.stream import message_events
 from localrun.server.defaults import with_model_prompt
 from localrun.server.errors import error_body
 from localrun.server.hangup import unless_hung_up
+from localrun.server.jsonbody import JSONBodyRoute
 from localrun.server.streaming import event_stream, sse
+from localrun.server.validate import check_tools
 
-router = APIRouter(tags=["anthropic"])
+router = APIRouter(tags=["anthropic"], route_class=JSONBodyRoute)
 
 
 def _stream_error(e: LocalrunError) -> str:
@@ -42,8 +44,10 @@ async def messages(body: MessagesRequest, request: Request) -> Any:
 @router.post("/v1/messages/count_tokens")
 async def count_tokens(body: CountTokensRequest, request: Request) -> dict[str, int]:
     """The real count: the conversation, with the model's Modelfile prompt, through its chat template and tokenizer."""
+    tools = t.tools(body.tools)
+    check_tools(tools)
     async with request.app.state.manager.lease(body.model) as loaded:
         native = with_model_prompt(NativeRequest(model=body.model, messages=t.conversation(body)), loaded.model)
-        value = await loaded.runner.call("render", messages=native.messages, template=native.template,
-                                         tools=t.tools(body.tools), tool_choice=t.tool_choice(body.tool_choice))
+        value = await loaded.runner.call("render", messages=native.messages, template=native.template, tools=tools,
+                                         tool_choice=t.tool_choice(body.tool_choice))
     return {"input_tokens": len(value["tokens"])}

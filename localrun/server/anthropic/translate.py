@@ -33,18 +33,62 @@ def output_schema(body: MessagesRequest) -> dict[str, Any] | None:
     fmt = (body.output_config or {}).get("format") or body.output_format
     if not fmt:
         return None
-    if fmt.get("type") != "json_schema" or not isinstance(fmt.get("schema"), dict):
+    if not isinstance(fmt, dict) or fmt.get("type") != "json_schema" or not isinstance(fmt.get("schema"), dict):
         raise InvalidRequest("output_config.format: expected {\"type\": \"json_schema\", \"schema\": {...}}")
     return fmt["schema"]
 
 
 def conversation(body: CountTokensRequest) -> list[dict[str, Any]]:
-    """The native messages: the system prompt first, then each message's blocks translated."""
-    system = system_text(body.system)
+    """The native messages: the system prompt first, then each message's blocks translated.
+
+    System-role messages (Claude Code sends its reminders so) join the system prompt while no other
+    message came before them; later ones become user text, merged into a neighbouring user turn, since
+    most chat templates allow a system message only first and a user turn only after an assistant's."""
+    leading = 0
+    while leading < len(body.messages) and body.messages[leading].role == "system":
+        leading += 1
+    system = "\n\n".join(filter(None, [system_text(body.system),
+                                       *(_plain_text(m) for m in body.messages[:leading])]))
     messages = [{"role": "system", "content": system}] if system else []
-    for message in body.messages:
-        messages += _messages(message)
-    return messages
+    for message in body.messages[leading:]:
+        if message.role == "system":
+            messages.append({"role": "user", "content": _plain_text(message), _REMINDER: True})
+        else:
+            messages += _messages(message)
+    return _merged_reminders(messages)
+
+
+_REMINDER = "_system_reminder"
+
+
+def _plain_text(message: Message) -> str:
+    if isinstance(message.content, str):
+        return message.content
+    return "\n".join(_text_block(block, "messages") for block in message.content)
+
+
+def _merged_reminders(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Each former system message joined to a plain user turn next to it (the following one first)."""
+    out: list[dict[str, Any]] = []
+    pending: list[str] = []
+    for message in messages:
+        plain_user = message.get("role") == "user" and set(message) <= {"role", "content", _REMINDER}
+        if message.get(_REMINDER):
+            pending.append(message["content"])
+            continue
+        if pending and plain_user:
+            message = {"role": "user", "content": "\n\n".join([*pending, message["content"]])}
+        elif pending:
+            out.append({"role": "user", "content": "\n\n".join(pending)})
+        pending = []
+        out.append(message)
+    if pending:
+        last = out[-1] if out else {}
+        if last.get("role") == "user" and set(last) == {"role", "content"}:
+            out[-1] = {"role": "user", "content": "\n\n".join([last["content"], *pending])}
+        else:
+            out.append({"role": "user", "content": "\n\n".join(pending)})
+    return out
 
 
 def system_text(system: str | list[dict[str, Any]] | None) -> str:
@@ -67,6 +111,8 @@ def _messages(message: Message) -> list[dict[str, Any]]:
         if kind == "text":
             texts.append(_text_block(block, "messages"))
         elif kind == "tool_use" and message.role == "assistant":
+            if not isinstance(block.get("name"), str) or not isinstance(block.get("input", {}), dict):
+                raise InvalidRequest("messages: a tool_use block needs a name and an input object")
             calls.append({"id": block.get("id"), "type": "function",
                           "function": {"name": block.get("name"), "arguments": block.get("input") or {}}})
         elif kind == "tool_result" and message.role == "user":

@@ -10,35 +10,32 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import Field, model_validator
 
 from localrun.sampling import MAX_DRAFT
+from localrun.server.wire import WireModel
 
 
-class _Lenient(BaseModel):
-    model_config = ConfigDict(extra="allow")
-
-
-class Options(_Lenient):
+class Options(WireModel):
     """The runtime options localrun honours; the rest of Ollama's list is ignored."""
 
     num_ctx: int | None = Field(None, ge=16)
     num_predict: int | None = Field(None, ge=-2, description="-1 = until the end, -2 = fill the context")
     temperature: float | None = Field(None, ge=0)
-    top_k: int | None = Field(None, ge=0)
+    top_k: int | None = Field(None, ge=0, lt=2**31)
     top_p: float | None = Field(None, ge=0, le=1)
     min_p: float | None = Field(None, ge=0, le=1)
     typical_p: float | None = Field(None, ge=0, le=1)
-    seed: int | None = None
+    seed: int | None = Field(None, ge=-(2**63), lt=2**64)
     stop: list[str] | None = None
     repeat_penalty: float | None = Field(None, ge=0)
-    repeat_last_n: int | None = Field(None, ge=-1, description="-1 = the whole context")
+    repeat_last_n: int | None = Field(None, ge=-1, lt=2**31, description="-1 = the whole context")
     presence_penalty: float | None = None
     frequency_penalty: float | None = None
     speculative: int | None = Field(None, ge=0, le=MAX_DRAFT, description="localrun: most tokens drafted per step; 0 = off")
 
 
-class _Generation(_Lenient):
+class _Generation(WireModel):
     """What /api/generate and /api/chat share."""
 
     model: str = Field(min_length=1)
@@ -59,7 +56,7 @@ class GenerateRequest(_Generation):
     raw: bool = False
 
 
-class Message(_Lenient):
+class Message(WireModel):
     role: Literal["system", "user", "assistant", "tool"]
     content: str | None = ""
     images: list[str] | None = None
@@ -72,7 +69,7 @@ class ChatRequest(_Generation):
     tools: list[dict[str, Any]] | None = None
 
 
-class EmbedRequest(_Lenient):
+class EmbedRequest(WireModel):
     model: str = Field(min_length=1)
     input: str | list[str]
     truncate: bool = True
@@ -81,7 +78,7 @@ class EmbedRequest(_Lenient):
     dimensions: int | None = Field(None, ge=1)
 
 
-class EmbeddingsRequest(_Lenient):
+class EmbeddingsRequest(WireModel):
     """The legacy single-prompt embeddings route (it has no `truncate`; a long prompt is cut, as on /api/embed)."""
 
     model: str = Field(min_length=1)
@@ -91,7 +88,7 @@ class EmbeddingsRequest(_Lenient):
     keep_alive: str | float | None = None
 
 
-class ModelRequest(_Lenient):
+class ModelRequest(WireModel):
     """A body that names one model, as `model` or (older clients) `name`."""
 
     model: str = ""
@@ -128,6 +125,6 @@ class CreateRequest(ModelRequest):
     stream: bool = True
 
 
-class CopyRequest(_Lenient):
+class CopyRequest(WireModel):
     source: str = Field(min_length=1)
     destination: str = Field(min_length=1)

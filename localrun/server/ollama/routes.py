@@ -5,6 +5,7 @@ generation path. Streams are NDJSON; an error after the first line arrives as a 
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from datetime import datetime, timedelta, timezone
 from typing import Any, AsyncIterator, Callable
@@ -14,21 +15,23 @@ from fastapi.responses import PlainTextResponse, Response
 
 from localrun import __version__
 from localrun.durations import parse_duration
-from localrun.errors import InvalidRequest, LocalrunError
+from localrun.errors import DiskFull, DownloadError, InvalidRequest, LocalrunError, SourceRefused
 from localrun.native import Delta, Done, GenerateRequest as NativeRequest
 from localrun.server import generation
 from localrun.server.hangup import unless_hung_up
+from localrun.server.jsonbody import JSONBodyRoute
 from localrun.server.manager import Loaded, ModelManager
 from localrun.server.ollama import translate as t
-from localrun.server.ollama.jsonbody import JSONBodyRoute
 from localrun.server.ollama.protocol import (
     ChatRequest, CopyRequest, CreateRequest, EmbeddingsRequest, EmbedRequest, GenerateRequest, ModelRequest,
     PullRequest, ShowRequest,
 )
 from localrun.server.streaming import ndjson, ndjson_stream
+from localrun.server.vectors import shortened
 from localrun.store import PullProgress, parse_reference
 
 router = APIRouter(tags=["ollama"], route_class=JSONBodyRoute)
+log = logging.getLogger("localrun.server")
 
 FOREVER = datetime(2318, 1, 1, tzinfo=timezone.utc)  # what Ollama shows for keep_alive < 0
 PROGRESS_EVERY_S = 0.1
@@ -78,9 +81,24 @@ async def pull(body: PullRequest, request: Request) -> Any:
         raise InvalidRequest("pull over HTTP takes a model name, hf.co/... reference or URL, not a local path; "
                              "use `localrun pull PATH` on the daemon's machine")
     if not body.stream:
-        await asyncio.to_thread(store.pull, body.model)
+        await asyncio.to_thread(_pull, store, body.model)
         return {"status": "success"}
-    return ndjson_stream(_progress(lambda emit: store.pull(body.model, progress=emit)), _stream_error)
+    return ndjson_stream(_progress(lambda emit: _pull(store, body.model, emit)), _stream_error)
+
+
+def _pull(store: Any, ref: str, progress: Callable[[PullProgress], None] | None = None) -> None:
+    """Pull for an HTTP client. A URL's failure is one generic message whatever the cause, so that
+    /api/pull cannot tell a prober a closed port from a web server or a file that is not GGUF."""
+    try:
+        store.pull(ref, progress=progress)
+    except (SourceRefused, DiskFull):
+        raise
+    except LocalrunError as e:
+        if parse_reference(ref).kind != "url":
+            raise
+        log.info("pull of %s failed: %s", ref, e.message)
+        raise DownloadError(f"cannot download a GGUF model from {ref} (not found, unreachable, or not a GGUF "
+                            "file)") from None
 
 
 async def _progress(work: Callable[[Callable[[PullProgress], None]], Any]) -> AsyncIterator[str]:
@@ -229,7 +247,7 @@ async def embed(body: EmbedRequest, request: Request) -> dict[str, Any]:
     inputs = [body.input] if isinstance(body.input, str) else body.input
     inputs = [text for text in inputs if text]  # Ollama: no input only loads the model
     value, load_ns = await _embed(request.app.state.manager, body, inputs)
-    return {"model": body.model, "embeddings": [t.embedding(v, body.dimensions) for v in value["embeddings"]],
+    return {"model": body.model, "embeddings": shortened(value["embeddings"], body.dimensions),
             "total_duration": time.perf_counter_ns() - started, "load_duration": load_ns,
             "prompt_eval_count": value["prompt_tokens"]}
 

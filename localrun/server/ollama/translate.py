@@ -8,7 +8,6 @@ against Ollama. Durations go out in nanoseconds, as Ollama reports them; the eng
 
 from __future__ import annotations
 
-import math
 from datetime import datetime, timezone
 from typing import Any
 
@@ -51,6 +50,7 @@ def generate_request(body: GenerateRequest) -> NativeRequest:
     if body.suffix:
         raise InvalidRequest("suffix: fill-in-the-middle is not supported")
     request = _native(body)
+    request.return_context = True
     if body.raw:
         request.prompt = body.prompt
     else:
@@ -109,15 +109,6 @@ def is_load_only(body: GenerateRequest | ChatRequest) -> bool:
     return not body.prompt and not body.images
 
 
-def embedding(vector: list[float], dimensions: int | None) -> list[float]:
-    """Cut a vector to `dimensions` and re-normalise it, as Ollama's `dimensions` does."""
-    if dimensions is None or dimensions >= len(vector):
-        return vector
-    cut = vector[:dimensions]
-    norm = math.sqrt(sum(x * x for x in cut)) or 1.0
-    return [x / norm for x in cut]
-
-
 # --- answers -----------------------------------------------------------------------------------
 
 def created_at() -> str:
@@ -138,7 +129,9 @@ def chat_piece(model: str, text: str) -> dict[str, Any]:
 
 
 def generate_final(model: str, done: Done, total_ns: int, text: str) -> dict[str, Any]:
-    return {**generate_piece(model, text), **final_fields(done, total_ns)}
+    """The last object of /api/generate, with `context` (the conversation's token ids) as Ollama sends it."""
+    context = {"context": done.context} if done.context is not None else {}
+    return {**generate_piece(model, text), **final_fields(done, total_ns), **context}
 
 
 def chat_final(model: str, done: Done, total_ns: int, text: str) -> dict[str, Any]:
@@ -238,8 +231,9 @@ def _first(*values: str | None) -> str | None:
 
 
 def capabilities(info: Any) -> list[str]:
-    """As Ollama decides: a model with a pooling type embeds, any other completes; tools when the
-    chat template renders them. (/api/embed works with every model; this is what the model is for.)"""
+    """What works with the model here: a model with a pooling type only embeds; any other completes,
+    calls tools (through its template, else localrun's generic tool prompt) and embeds (/api/embed
+    works with every model). Clients such as Ollama's own refuse tools to a model without "tools"."""
     if f"{info.architecture}.pooling_type" in info.metadata:
         return ["embedding"]
-    return ["completion", "tools"] if "tools" in info.chat_template else ["completion"]
+    return ["completion", "tools", "embedding"]

@@ -5,20 +5,17 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
 from localrun.sampling import MAX_DRAFT
+from localrun.server.wire import WireModel
 
 
-class _Lenient(BaseModel):
-    model_config = ConfigDict(extra="allow")
-
-
-class StreamOptions(_Lenient):
+class StreamOptions(WireModel):
     include_usage: bool = False
 
 
-class SamplingFields(_Lenient):
+class SamplingFields(WireModel):
     """Fields shared by chat and text completions, including the llama.cpp/Ollama extensions."""
 
     model: str = Field(min_length=1)
@@ -26,14 +23,14 @@ class SamplingFields(_Lenient):
     logit_bias: dict[str, float] | None = None
     n: int = Field(1, ge=1, le=16)
     presence_penalty: float | None = Field(None, ge=-2, le=2)
-    seed: int | None = None
+    seed: int | None = Field(None, ge=-(2**63), lt=2**64)
     stop: str | list[str] | None = None
     stream: bool = False
     stream_options: StreamOptions | None = None
     temperature: float | None = Field(None, ge=0, le=2)
     top_p: float | None = Field(None, ge=0, le=1)
     # extensions (llama-server / Ollama names)
-    top_k: int | None = Field(None, ge=0)
+    top_k: int | None = Field(None, ge=0, lt=2**31)
     min_p: float | None = Field(None, ge=0, le=1)
     typical_p: float | None = Field(None, ge=0, le=1)
     repeat_penalty: float | None = Field(None, ge=0)
@@ -43,7 +40,7 @@ class SamplingFields(_Lenient):
     speculative: int | None = Field(None, ge=0, le=MAX_DRAFT, description="localrun: most tokens drafted per step; 0 = off")
 
 
-class ResponseFormat(_Lenient):
+class ResponseFormat(WireModel):
     type: Literal["text", "json_object", "json_schema"] = "text"
     json_schema: dict[str, Any] | None = None
 
@@ -56,7 +53,7 @@ class ChatCompletionRequest(SamplingFields):
     max_tokens: int | None = Field(None, ge=0)
     response_format: ResponseFormat | None = None
     tools: list[dict[str, Any]] | None = None
-    tool_choice: str | dict[str, Any] | None = None
+    tool_choice: Literal["none", "auto", "required"] | dict[str, Any] | None = None
 
 
 class CompletionRequest(SamplingFields):
@@ -67,7 +64,7 @@ class CompletionRequest(SamplingFields):
     suffix: str | None = None
 
 
-class EmbeddingRequest(_Lenient):
+class EmbeddingRequest(WireModel):
     model: str = Field(min_length=1)
     input: str | list[str] | list[int] | list[list[int]]
     encoding_format: Literal["float", "base64"] = "float"

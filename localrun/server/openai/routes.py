@@ -11,11 +11,13 @@ from localrun.native import Delta, Done, TokenLogprob, Usage
 from localrun.server import generation
 from localrun.server.errors import error_body
 from localrun.server.hangup import unless_hung_up
+from localrun.server.jsonbody import JSONBodyRoute
 from localrun.server.openai import translate as t
 from localrun.server.openai.protocol import ChatCompletionRequest, CompletionRequest, EmbeddingRequest
 from localrun.server.streaming import HOLE, Template, event_stream, sse
+from localrun.server.vectors import as_base64, shortened
 
-router = APIRouter(tags=["openai"])
+router = APIRouter(tags=["openai"], route_class=JSONBodyRoute)
 
 
 def _stream_error(e: LocalrunError) -> str:
@@ -195,9 +197,8 @@ async def embeddings(body: EmbeddingRequest, request: Request) -> Any:
     manager = request.app.state.manager
     async with manager.lease(body.model) as loaded:
         value = await loaded.runner.call("embed", inputs=inputs, truncate=body.truncate)
-    vectors = value["embeddings"]
-    if body.dimensions and vectors and body.dimensions != len(vectors[0]):
-        raise InvalidRequest(f"dimensions: this model's embeddings have {len(vectors[0])} dimensions")
+    vectors = shortened(value["embeddings"], body.dimensions)
+    encode = as_base64 if body.encoding_format == "base64" else (lambda vector: vector)
     return {"object": "list", "model": body.model,
-            "data": [{"object": "embedding", "index": i, "embedding": v} for i, v in enumerate(vectors)],
+            "data": [{"object": "embedding", "index": i, "embedding": encode(v)} for i, v in enumerate(vectors)],
             "usage": {"prompt_tokens": value["prompt_tokens"], "total_tokens": value["prompt_tokens"]}}

@@ -32,7 +32,7 @@ def _logit_bias(bias: dict[str, float] | None) -> dict[int, float]:
 def chat_request(body: ChatCompletionRequest) -> GenerateRequest:
     max_tokens = body.max_completion_tokens if body.max_completion_tokens is not None else body.max_tokens
     request = GenerateRequest(
-        model=body.model, messages=[normalize_message(m) for m in body.messages],
+        model=body.model, messages=normalize_messages(body.messages),
         sampling=sampling(body, max_tokens, (body.top_logprobs or 0) if body.logprobs else None),
         n=body.n, num_ctx=body.num_ctx, keep_alive=body.keep_alive,
         tools=[tool_definition(t) for t in body.tools] if body.tools else None, tool_choice=_tool_choice(body.tool_choice),
@@ -61,21 +61,31 @@ def completion_request(body: CompletionRequest) -> GenerateRequest:
     )
 
 
-def normalize_message(message: dict[str, Any]) -> dict[str, Any]:
+def normalize_messages(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [normalize_message(message, f"messages[{i}]") for i, message in enumerate(messages)]
+
+
+def normalize_message(message: dict[str, Any], where: str = "messages") -> dict[str, Any]:
     """OpenAI message -> template-ready message: text content, tool-call arguments as objects."""
     role = message.get("role")
     if role not in ("system", "developer", "user", "assistant", "tool"):
-        raise InvalidRequest(f"messages: unknown role {role!r}")
-    out: dict[str, Any] = {"role": "system" if role == "developer" else role, "content": _text(message.get("content"))}
-    if message.get("tool_calls"):
-        out["tool_calls"] = [_template_call(call) for call in message["tool_calls"]]
+        raise InvalidRequest(f"{where}.role: unknown role {role!r}"[:300])
+    out: dict[str, Any] = {"role": "system" if role == "developer" else role,
+                           "content": _text(message.get("content"), where)}
+    calls = message.get("tool_calls")
+    if calls:
+        if not isinstance(calls, list):
+            raise InvalidRequest(f"{where}.tool_calls must be a list of calls")
+        out["tool_calls"] = [_template_call(call, f"{where}.tool_calls[{i}]") for i, call in enumerate(calls)]
     for key in ("tool_call_id", "name"):
         if message.get(key):
+            if not isinstance(message[key], str):
+                raise InvalidRequest(f"{where}.{key} must be a string")
             out[key] = message[key]
     return out
 
 
-def _text(content: Any) -> str:
+def _text(content: Any, where: str) -> str:
     if content is None or isinstance(content, str):
         return content or ""
     if isinstance(content, list):
@@ -83,21 +93,27 @@ def _text(content: Any) -> str:
         for part in content:
             kind = part.get("type") if isinstance(part, dict) else None
             if kind != "text":
-                raise InvalidRequest(f"messages: content part of type {kind!r} is not supported by this model")
-            parts.append(str(part.get("text", "")))
+                raise InvalidRequest(f"{where}.content: a part of type {kind!r} is not supported by this model"[:300])
+            if not isinstance(part.get("text", ""), str):
+                raise InvalidRequest(f"{where}.content: a text part's text must be a string")
+            parts.append(part.get("text", ""))
         return "".join(parts)
-    raise InvalidRequest("messages: content must be a string or a list of parts")
+    raise InvalidRequest(f"{where}.content must be a string or a list of parts")
 
 
-def _template_call(call: dict[str, Any]) -> dict[str, Any]:
-    function = call.get("function") or {}
+def _template_call(call: Any, where: str) -> dict[str, Any]:
+    function = call.get("function") if isinstance(call, dict) else None
+    if not isinstance(function, dict) or not isinstance(function.get("name"), str) or not function["name"]:
+        raise InvalidRequest(f'{where}: expected {{"type": "function", "function": {{"name": ..., "arguments": ...}}}}')
     arguments = function.get("arguments") or "{}"
     if isinstance(arguments, str):
         try:
             arguments = json.loads(arguments)
-        except json.JSONDecodeError:
-            raise InvalidRequest("tool_calls: function.arguments must be a JSON object") from None
-    return {"id": call.get("id"), "type": "function", "function": {"name": function.get("name"), "arguments": arguments}}
+        except (json.JSONDecodeError, RecursionError):
+            arguments = None
+    if not isinstance(arguments, dict):
+        raise InvalidRequest(f"{where}.function.arguments must be a JSON object")
+    return {"id": call.get("id"), "type": "function", "function": {"name": function["name"], "arguments": arguments}}
 
 
 def tool_definition(tool: dict[str, Any]) -> dict[str, Any]:
@@ -111,8 +127,9 @@ def tool_definition(tool: dict[str, Any]) -> dict[str, Any]:
 
 def _tool_choice(choice: str | dict[str, Any] | None) -> str | dict[str, Any] | None:
     if isinstance(choice, dict):
-        name = (choice.get("function") or {}).get("name")
-        if not name:
+        function = choice.get("function")
+        name = function.get("name") if isinstance(function, dict) else None
+        if not isinstance(name, str) or not name:
             raise InvalidRequest("tool_choice: expected {\"type\": \"function\", \"function\": {\"name\": ...}}")
         return {"name": name}
     return choice
@@ -139,10 +156,10 @@ def tool_calls(done: Done) -> list[dict[str, Any]]:
 
 
 def chat_logprobs(items: list[TokenLogprob]) -> dict[str, Any]:
-    def entry(token: str, logprob: float) -> dict[str, Any]:
-        return {"token": token, "logprob": logprob, "bytes": list(token.encode())}
+    def entry(token: str, logprob: float, raw: list[int] | None = None) -> dict[str, Any]:
+        return {"token": token, "logprob": logprob, "bytes": list(token.encode()) if raw is None else raw}
 
-    return {"content": [{**entry(i.token, i.logprob), "top_logprobs": [entry(t, lp) for t, lp in i.top]}
+    return {"content": [{**entry(i.token, i.logprob, i.raw), "top_logprobs": [entry(t, lp) for t, lp in i.top]}
                         for i in items]}
 
 

@@ -1,8 +1,10 @@
-"""Read every Ollama request body as JSON, whatever its Content-Type.
+"""Every route reads its body as JSON, whatever the Content-Type, and reuses the body's one parse.
 
-Ollama decodes bodies as JSON without looking at the header, and its documented examples use
-`curl URL -d '{...}'`, which labels the body application/x-www-form-urlencoded. FastAPI would
-parse such a body as a form and answer 400; this route class relabels it first.
+Ollama and llama-server decode bodies as JSON without looking at the header, and the documented
+examples (Ollama's, and this README's) use `curl URL -d '{...}'`, which labels the body
+application/x-www-form-urlencoded: FastAPI would parse that as a form and answer 400, so this route
+class relabels it first. And BodyLimits (body.py) has already parsed the body, off the event loop
+when it is large: the route takes that value instead of parsing the bytes a second time.
 """
 
 from __future__ import annotations
@@ -11,6 +13,8 @@ from typing import Any, Callable, Coroutine
 
 from fastapi import Request, Response
 from fastapi.routing import APIRoute
+
+from localrun.server.body import PARSED
 
 JSON = b"application/json"
 
@@ -23,6 +27,11 @@ class JSONBodyRoute(APIRoute):
             if request.headers.get("content-type", "").split(";")[0].strip().encode() != JSON:
                 headers = [(k, v) for k, v in request.scope["headers"] if k != b"content-type"]
                 request = Request({**request.scope, "headers": [*headers, (b"content-type", JSON)]}, request.receive)
+            if PARSED in request.scope:
+                request._json = request.scope[PARSED]  # Starlette's own cache of request.json()
             return await handler(request)
 
         return route
+
+
+__all__ = ["JSONBodyRoute"]
