@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Mapping
@@ -80,6 +81,25 @@ class Choice(Rule):
 
     def ok(self, value: Any) -> bool:
         return value in self.options
+
+
+_ENDPOINT = re.compile(r"(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9][A-Za-z0-9.-]*):([0-9]{1,5})")
+
+
+@dataclass(frozen=True, slots=True)
+class Endpoints(Rule):
+    """HOST:PORT addresses, comma-separated (IPv6 in brackets); none is the empty list."""
+
+    def parse(self, text: str) -> tuple[str, ...]:
+        return _csv(text)
+
+    def ok(self, value: Any) -> bool:
+        return isinstance(value, (tuple, list)) and all(
+            isinstance(v, str) and (m := _ENDPOINT.fullmatch(v)) is not None and 0 < int(m.group(2)) < 65536
+            for v in value)
+
+    def show(self, value: Any) -> str:
+        return ",".join(value)
 
 
 def _whole(low: int, high: int | None = None, words: Mapping[str, int | None] | None = None, what: str = "") -> Whole:
@@ -159,6 +179,7 @@ ENGINE_RULES: dict[str, Rule] = {
     "speculative": Whole(f"off, on or a draft length from 0 to {MAX_DRAFT}", low=0, high=MAX_DRAFT,
                          words={"off": 0, "on": SPECULATIVE_ON, "false": 0, "true": SPECULATIVE_ON, "no": 0,
                                 "yes": SPECULATIVE_ON}),
+    "rpc": Endpoints("HOST:PORT addresses of RPC workers, comma-separated"),
 }
 
 
@@ -188,8 +209,10 @@ class EngineSettings:
     kv_unified: bool = False  # one KV buffer shared by all slots (see above)
     speculative: int = 0  # draft length for requests that do not choose one; 0 = no speculative decoding
     safe_mode: bool = False  # plain CPU weights: no repacking, no AMX (after a load crashed; see cpu_features)
+    rpc: tuple[str, ...] = ()  # llama.cpp RPC workers (HOST:PORT) the model's layers are spread over
 
     def __post_init__(self) -> None:
+        object.__setattr__(self, "rpc", tuple(self.rpc) if isinstance(self.rpc, list) else self.rpc)  # from JSON
         for name, rule in ENGINE_RULES.items():
             value = getattr(self, name)
             if not rule.ok(value):
@@ -250,6 +273,8 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("LOCALRUN_MAX_MESSAGES", "4096", "Most messages in one chat request.", COUNT),
     Setting("LOCALRUN_MAX_TOKENS", "1048576", "Largest max_tokens / num_predict a request may ask for.", COUNT),
     Setting("LOCALRUN_MAX_INPUTS", "2048", "Most inputs (embeddings, prompts, choices) in one request.", COUNT),
+    Setting("LOCALRUN_MAX_RESPONSES", "256", "Responses API: most earlier responses kept in memory for "
+                                              "previous_response_id (the oldest is forgotten first).", COUNT),
     _engine("LOCALRUN_PARALLEL", "parallel", "Sequence slots per model (concurrent requests batched together)."),
     Setting("LOCALRUN_CTX_SIZE", "auto", "Context length per slot, in tokens, for models whose Modelfile sets no "
                                          "num_ctx; auto = the model's trained length, as far as the memory budget "
@@ -265,6 +290,8 @@ SETTINGS: tuple[Setting, ...] = (
                                                    "tokens) or the most tokens drafted per step; requests may choose "
                                                    "their own."),
     _engine("LOCALRUN_GPU_LAYERS", "gpu_layers", "Layers to offload to the GPU when the build supports it (auto = all)."),
+    _engine("LOCALRUN_RPC", "rpc", "llama.cpp RPC workers (`localrun worker`) to spread each model's layers over, "
+                                   "HOST:PORT,... (needs llama-cpp-python built with -DGGML_RPC=on)."),
     Setting("LOCALRUN_SHUTDOWN_TIMEOUT", "10s", "How long a stopping daemon lets requests in flight finish before it "
                                                "ends them with an error (duration).", WAIT),
     Setting("LOCALRUN_UI", "on", "Serve the web chat page at / (on or off; `serve --no-ui` turns it off too).",
@@ -315,6 +342,7 @@ class Settings:
     max_inputs: int
     ctx_size: int | None  # per slot, for models that choose none; None = auto (localrun.memory.default_context)
     max_ctx: int  # ceiling of the automatic context; 0 = none
+    max_responses: int
     engine: EngineSettings
     shutdown_timeout: float  # seconds requests in flight may take to finish when the daemon stops
     ui: bool  # the web chat page at /
@@ -336,7 +364,7 @@ class Settings:
             batch_size=get("LOCALRUN_BATCH_SIZE"),
             threads=get("LOCALRUN_THREADS"), flash_attn=get("LOCALRUN_FLASH_ATTN"),
             kv_cache_type=get("LOCALRUN_KV_CACHE_TYPE"), gpu_layers=get("LOCALRUN_GPU_LAYERS"),
-            speculative=get("LOCALRUN_SPECULATIVE"),
+            speculative=get("LOCALRUN_SPECULATIVE"), rpc=get("LOCALRUN_RPC"),
         )
         return cls(
             home=get("LOCALRUN_HOME"), host=get("LOCALRUN_HOST"), mirror=get("LOCALRUN_MIRROR"),
@@ -344,8 +372,8 @@ class Settings:
             max_loaded_models=get("LOCALRUN_MAX_LOADED_MODELS"), memory_budget=get("LOCALRUN_MEMORY_BUDGET"),
             max_queue=get("LOCALRUN_MAX_QUEUE"), max_body=get("LOCALRUN_MAX_BODY"),
             max_messages=get("LOCALRUN_MAX_MESSAGES"), max_tokens=get("LOCALRUN_MAX_TOKENS"),
-            max_inputs=get("LOCALRUN_MAX_INPUTS"), ctx_size=ctx_size, max_ctx=get("LOCALRUN_MAX_CTX"), engine=engine,
-            shutdown_timeout=get("LOCALRUN_SHUTDOWN_TIMEOUT"),
+            max_inputs=get("LOCALRUN_MAX_INPUTS"), ctx_size=ctx_size, max_ctx=get("LOCALRUN_MAX_CTX"),
+            max_responses=get("LOCALRUN_MAX_RESPONSES"), engine=engine, shutdown_timeout=get("LOCALRUN_SHUTDOWN_TIMEOUT"),
             ui=get("LOCALRUN_UI"), debug=get("LOCALRUN_DEBUG"),
         )
 

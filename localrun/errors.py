@@ -18,6 +18,7 @@
     │   └── LoadCrashed           the runner died of a signal while loading
     ├── RunnerCrashed             the runner process died mid-request    HTTP 500
     ├── Cancelled                 the caller went away; work stopped     HTTP 499
+    ├── BackendUnavailable        no replica of an upstream backend answers HTTP 502
     └── DaemonUnavailable         the CLI cannot reach / start the daemon exit 1
 
 A leaf module: no imports from the rest of localrun. Messages are one readable line; the CLI prints
@@ -114,6 +115,12 @@ class Cancelled(LocalrunError):
     status = 499  # nginx's "client closed request": nobody is left to read it
 
 
+class BackendUnavailable(LocalrunError):
+    """An upstream backend (backends.toml) failed the request: every replica down, or one failed mid-answer."""
+
+    status = 502
+
+
 class DaemonUnavailable(LocalrunError):
     status = 503
 
@@ -128,5 +135,6 @@ __all__ = [
     "error_class",
     "LocalrunError", "UsageError", "InvalidRequest", "ContextOverflow", "AuthError", "InvalidName",
     "ModelNotFound", "StoreError", "DownloadError", "ChecksumMismatch", "NotGGUF", "DiskFull", "SourceRefused",
-    "Overloaded", "ModelLoadError", "LoadCrashed", "RunnerCrashed", "Cancelled", "DaemonUnavailable",
+    "Overloaded", "ModelLoadError", "LoadCrashed", "RunnerCrashed", "Cancelled", "BackendUnavailable",
+    "DaemonUnavailable",
 ]

@@ -13,7 +13,10 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from localrun.errors import InvalidRequest
 from localrun.sampling import SamplingParams
+
+EFFORTS = ("low", "medium", "high")
 
 
 @dataclass(slots=True)
@@ -31,6 +34,9 @@ class GenerateRequest:
     echo: bool = False  # completions: return the prompt (and its logprobs) before the output
     num_ctx: int | None = None  # context length per slot; None = the server default
     keep_alive: float | None = None  # seconds; None = server default, < 0 forever, 0 unload after
+    think: bool | None = None  # thinking models: False turns thinking off (the family's switch); None = the model's way
+    reasoning_effort: str | None = None  # "low" | "medium" | "high", for families that take an effort
+    reasoning_budget: int | None = None  # the most thinking tokens; then the thought is closed and the answer follows
     return_context: bool = False  # Ollama's /api/generate: Done carries the prompt's and answer's token ids
 
     def to_dict(self) -> dict[str, Any]:
@@ -41,6 +47,18 @@ class GenerateRequest:
         data = dict(data)
         data["sampling"] = SamplingParams.from_dict(data.get("sampling") or {})
         return cls(**data)
+
+
+def thinking(value: bool | str | None, where: str) -> tuple[bool | None, str | None]:
+    """(think, reasoning_effort) from a dialect's switch: Ollama's `think` (a bool or an effort),
+    OpenAI's `reasoning_effort` ("none" turns thinking off, "minimal" is the lowest effort)."""
+    if value is None or isinstance(value, bool):
+        return value, None
+    if value == "none":
+        return False, None
+    if value in ("minimal", *EFFORTS):
+        return True, "low" if value == "minimal" else value
+    raise InvalidRequest(f"{where}: expected true, false or one of none, minimal, low, medium, high; got {value!r}")
 
 
 @dataclass(slots=True)
@@ -99,34 +117,39 @@ class Timings:
 class TokenLogprob:
     token: str
     logprob: float | None  # None for a prompt's first token: nothing comes before it
-    top: list[tuple[str, float]] = field(default_factory=list)
+    # the most likely tokens: (text, logprob), or (text, logprob, bytes) when the text does not spell them
+    top: list[tuple] = field(default_factory=list)
     raw: list[int] | None = None  # the token's bytes, when they are not its text's UTF-8 (a partial character)
 
     def to_wire(self) -> list[Any]:
-        """[token, logprob, [[alt, logprob], ...], raw?]: sent for every token, so a list, not an object."""
+        """[token, logprob, [[alt, logprob, raw?], ...], raw?]: sent for every token, so a list, not an object."""
         wire = [self.token, self.logprob, [list(alt) for alt in self.top]]
         return wire if self.raw is None else [*wire, self.raw]
 
     @classmethod
     def from_wire(cls, item: list[Any]) -> TokenLogprob:
         token, logprob, top, *raw = item
-        return cls(token, logprob, [(alt, lp) for alt, lp in top], raw[0] if raw else None)
+        return cls(token, logprob, [tuple(alt) for alt in top], raw[0] if raw else None)
 
 
 @dataclass(slots=True)
 class Delta:
-    """New visible text of choice `index` (may carry the logprobs of the tokens behind it)."""
+    """New output of choice `index`: answer text (`text`) and/or thinking (`reasoning`), as the
+    model family's parser split them (localrun.families); may carry the logprobs of the tokens behind it."""
 
     index: int
     text: str
     logprobs: list[TokenLogprob] = field(default_factory=list)
+    reasoning: str = ""
 
     def to_dict(self) -> dict[str, Any]:
-        return {"index": self.index, "text": self.text, "logprobs": [lp.to_wire() for lp in self.logprobs]}
+        out = {"index": self.index, "text": self.text, "logprobs": [lp.to_wire() for lp in self.logprobs]}
+        return out | {"reasoning": self.reasoning} if self.reasoning else out
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Delta:
-        return cls(data["index"], data["text"], [TokenLogprob.from_wire(item) for item in data["logprobs"]])
+        return cls(data["index"], data["text"], [TokenLogprob.from_wire(item) for item in data["logprobs"]],
+                   data.get("reasoning", ""))
 
 
 @dataclass(slots=True)
@@ -147,6 +170,7 @@ class Done:
     tool_calls: list[ToolCall] = field(default_factory=list)
     stop_sequence: str | None = None
     context: list[int] | None = None  # with GenerateRequest.return_context: prompt + answer token ids
+    reasoning: str = ""  # the whole thinking of the choice, split out of `text`
 
     @property
     def usage(self) -> Usage:
@@ -178,5 +202,5 @@ def decode_event(message: dict[str, Any]) -> Event:
     return Delta.from_dict(fields) if message["type"] == "delta" else Done.from_dict(fields)
 
 
-__all__ = ["GenerateRequest", "Usage", "Timings", "TokenLogprob", "Delta", "ToolCall", "Done", "Event",
+__all__ = ["EFFORTS", "thinking", "GenerateRequest", "Usage", "Timings", "TokenLogprob", "Delta", "ToolCall", "Done", "Event",
            "decode_event", "encode_event"]

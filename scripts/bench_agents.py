@@ -30,7 +30,7 @@ from tests.daemon import start_daemon  # noqa: E402
 from tests.test_anthropic_claude_code import TOOLS, system, user_turn  # noqa: E402
 from tests.tool_fixtures import ADD, WEATHER, openai_tool  # noqa: E402
 
-from localrun.tools import CallHoldback, parse_tool_calls  # noqa: E402
+from localrun.families import CallHoldback, parse_tool_calls  # noqa: E402
 
 MODEL = "smollm2"
 QUESTION = [{"role": "user", "content": "Explain in detail how a bicycle works."}]

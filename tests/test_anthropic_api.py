@@ -179,6 +179,31 @@ def _error_type(response: httpx.Response) -> tuple[int, str]:
     return response.status_code, body["error"]["type"]
 
 
+# What Anthropic's official API reference requires of a Message, its usage and its text blocks
+# (nullable members present as null); its OpenAPI file cannot be vendored, see tests/data/openapi/README.md.
+MESSAGE_FIELDS = {"id", "type", "role", "content", "model", "stop_reason", "stop_sequence", "usage", "container"}
+USAGE_FIELDS = {"input_tokens", "output_tokens", "cache_creation_input_tokens", "cache_read_input_tokens",
+                "cache_creation", "server_tool_use", "service_tier"}
+
+
+def test_messages_carry_every_member_the_reference_requires(daemon):
+    body = {"model": MODEL, "max_tokens": 8, "temperature": 0, "messages": ask("Hi")}
+    message = _post(daemon, body).json()
+    assert MESSAGE_FIELDS <= message.keys() and USAGE_FIELDS <= message["usage"].keys()
+    assert message["content"][0] == {"type": "text", "text": message["content"][0]["text"], "citations": None}
+    assert message["usage"]["cache_creation"] == {"ephemeral_1h_input_tokens": 0, "ephemeral_5m_input_tokens": 0}
+    assert message["usage"]["service_tier"] in ("standard", "priority", "batch")
+    with httpx.stream("POST", f"{daemon.url}/v1/messages", json={**body, "stream": True}, timeout=60) as r:
+        events = [json.loads(line[6:]) for line in r.iter_lines() if line.startswith("data: ")]
+    started = events[0]["message"]
+    assert MESSAGE_FIELDS <= started.keys() and USAGE_FIELDS <= started["usage"].keys()
+    block = next(e["content_block"] for e in events if e["type"] == "content_block_start")
+    assert block == {"type": "text", "text": "", "citations": None}
+    delta = next(e for e in events if e["type"] == "message_delta")
+    assert {"output_tokens", "input_tokens", "cache_creation_input_tokens", "cache_read_input_tokens",
+            "server_tool_use"} <= delta["usage"].keys()
+
+
 def test_errors_use_anthropics_envelope(daemon, client):
     assert _error_type(_post(daemon, {"model": MODEL, "messages": ask("hi")})) == (400, "invalid_request_error")
     assert _error_type(_post(daemon, {"model": "no-such-model", "max_tokens": 5, "messages": ask("hi")})) == \

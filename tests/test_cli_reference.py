@@ -24,6 +24,6 @@ def test_the_cli_reference_is_current():
 def test_the_reference_has_every_command_and_no_python_types():
     text = load_script().reference()
     for command in ("pull", "list", "show", "rm", "cp", "serve", "stop", "status", "ps", "logs", "run", "chat",
-                    "batch", "doctor", "quantize", "perplexity", "score", "open", "launch claude", "help"):
+                    "batch", "doctor", "quantize", "perplexity", "score", "open", "launch claude", "launch codex", "help"):
         assert f"\n## localrun {command}\n" in text
     assert "<str>" not in text and "<bool>" not in text and "{model}" not in text

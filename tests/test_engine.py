@@ -350,6 +350,19 @@ def test_logit_bias_bans_a_token(engine):
     assert banned.tokens[0] != full.tokens[0]
 
 
+def test_forced_tokens_come_next_and_the_answer_goes_on_from_them(engine):
+    """`force` is how a reasoning budget closes a thought: the forced tokens are the request's next
+    tokens (not sampled), then sampling continues from them as if the model had written them."""
+    free = generate(engine, PROMPTS[1], max_tokens=10, **GREEDY)
+    forced = engine.tokenize(" Banana split.", add_special=False)
+    engine.add(Request("forced", engine.tokenize(PROMPTS[1]), SamplingParams(max_tokens=10, **GREEDY)))
+    runs = drain(engine, {}, on_step=lambda step: step == 1 and engine.force("forced", forced))  # after token 1
+    run, cut = runs["forced"], 1 + len(forced)
+    assert run.tokens[:1] == free.tokens[:1] and run.tokens[1:cut] == forced
+    continued = generate(engine, engine.tokenize(PROMPTS[1]) + run.tokens[:cut], max_tokens=2, **GREEDY)
+    assert run.tokens[cut:cut + 2] == continued.tokens
+
+
 def test_penalties_change_greedy_output(engine):
     plain = generate(engine, PROMPTS[1], max_tokens=40, **GREEDY)
     penalised = generate(engine, PROMPTS[1], max_tokens=40, repeat_penalty=1.5, presence_penalty=0.5, **GREEDY)

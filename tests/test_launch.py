@@ -1,10 +1,11 @@
-"""`localrun launch claude` as a user runs it: the real CLI against the real daemon, with a stand-in
-`claude` program on PATH that records the environment and arguments it was started with."""
+"""`localrun launch claude` and `launch codex` as a user runs them: the real CLI against the real daemon,
+with a stand-in `claude` (or `codex`) program on PATH that records the environment and arguments it got."""
 
 from __future__ import annotations
 
 import json
 import os
+import shlex
 import subprocess
 import sys
 from pathlib import Path
@@ -19,9 +20,9 @@ TIERS = ("ANTHROPIC_MODEL", "ANTHROPIC_SMALL_FAST_MODEL", "ANTHROPIC_DEFAULT_OPU
          "ANTHROPIC_DEFAULT_SONNET_MODEL", "ANTHROPIC_DEFAULT_HAIKU_MODEL")
 
 
-def fake_claude(bin_dir: Path, record: Path) -> None:
-    bin_dir.mkdir()
-    script = bin_dir / "claude"
+def fake_program(bin_dir: Path, name: str, record: Path) -> None:
+    bin_dir.mkdir(exist_ok=True)
+    script = bin_dir / name
     program = f"import json, os, sys; json.dump({{'env': dict(os.environ), 'argv': sys.argv[1:]}}, open({str(record)!r}, 'w'))"
     script.write_text(f'#!/bin/sh\nexec {sys.executable} -c "{program}" "$@"\n')
     script.chmod(0o755)
@@ -29,7 +30,7 @@ def fake_claude(bin_dir: Path, record: Path) -> None:
 
 def test_launch_execs_claude_pointed_at_the_daemon(daemon, tmp_path):
     record = tmp_path / "record.json"
-    fake_claude(tmp_path / "bin", record)
+    fake_program(tmp_path / "bin", "claude", record)
     env = {**daemon.env(), "PATH": f"{tmp_path / 'bin'}:{os.environ['PATH']}", "ANTHROPIC_API_KEY": "sk-real"}
     result = run_cli("launch", "claude", "smollm2", "--min-context", "8192", "--", "-p", "hello there", env=env)
     assert result.returncode == 0, result.stderr
@@ -102,3 +103,43 @@ def test_exports_quote_values_for_the_shell():
     text = exports(claude_env("http://127.0.0.1:1", "it's", ""))
     assert "export ANTHROPIC_MODEL='it'\"'\"'s'\n" in text
     assert "export ANTHROPIC_API_KEY=''\n" in text
+
+
+def codex_config(argv: list[str]) -> dict[str, str]:
+    """The `-c key=value` pairs of a codex command line."""
+    return dict(argv[i + 1].split("=", 1) for i, arg in enumerate(argv) if arg == "-c")
+
+
+def test_launch_codex_runs_codex_with_a_responses_provider_and_the_models_context(daemon, tmp_path):
+    record = tmp_path / "record.json"
+    fake_program(tmp_path / "bin", "codex", record)
+    env = {**daemon.env(), "PATH": f"{tmp_path / 'bin'}:{os.environ['PATH']}", "HOME": str(tmp_path)}
+    result = run_cli("launch", "codex", "smollm2", "--", "exec", "hello there", env=env)
+    assert result.returncode == 0, result.stderr
+    seen = json.loads(record.read_text())
+    argv = seen["argv"]
+    assert argv[:2] == ["-m", "smollm2:135m"] and argv[-2:] == ["exec", "hello there"]
+    config = codex_config(argv)
+    assert config["model_provider"] == "localrun" and config["model_context_window"] == "8192"  # SmolLM2's
+    provider = config["model_providers.localrun"]
+    assert f'base_url="{daemon.url}/v1"' in provider and 'wire_api="responses"' in provider
+    assert 'query_params={num_ctx="8192"}' in provider and "env_key" not in provider
+    assert not (tmp_path / ".codex").exists()  # nothing written to the user's Codex home
+
+
+def test_launch_codex_print_shows_the_command_and_the_key_it_needs(daemon):
+    env = {**daemon.env(), "LOCALRUN_API_KEY": "k1,k2"}
+    result = run_cli("launch", "codex", "smollm2", "--ctx", "2048", "--print", "--", "exec", "hi", env=env)
+    assert result.returncode == 0, result.stderr
+    export, command = result.stdout.splitlines()
+    assert export == "export LOCALRUN_CODEX_API_KEY=k1"
+    argv = shlex.split(command)
+    assert argv[0] == "codex" and argv[-2:] == ["exec", "hi"]
+    config = codex_config(argv)
+    assert config["model_context_window"] == "2048" and 'env_key="LOCALRUN_CODEX_API_KEY"' in \
+        config["model_providers.localrun"]
+
+
+def test_launch_codex_refuses_a_context_beyond_the_models(daemon):
+    result = run_cli("launch", "codex", "smollm2", "--ctx", "100000", "--print", env=daemon.env())
+    assert result.returncode == 2 and result.stderr.startswith("error: --ctx: ")

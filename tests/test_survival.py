@@ -82,7 +82,8 @@ def test_overload_gets_503_at_once_and_admitted_requests_complete(narrow):
         assert ready == [200, 200]
         refused = []
         for path, body in [("/v1/chat/completions", chat_body()), ("/api/chat", {**chat_body(), "options": {}}),
-                           ("/v1/messages", {**chat_body(), "max_tokens": 32})]:
+                           ("/v1/messages", {**chat_body(), "max_tokens": 32}),
+                           ("/v1/responses", {"model": "smollm2", "input": "Hi", "max_output_tokens": 32})]:
             started = time.monotonic()
             response = httpx.post(f"{narrow.url}{path}", json=body, timeout=30)
             refused.append((path, response, time.monotonic() - started))
@@ -90,7 +91,7 @@ def test_overload_gets_503_at_once_and_admitted_requests_complete(narrow):
             status, events = future.result(timeout=120)
             assert status == 200 and events[-1] == "[DONE]"
             assert json.loads(events[-2])["choices"][0]["finish_reason"] == "length"
-    assert [path for path, _, _ in refused] == ["/v1/chat/completions", "/api/chat", "/v1/messages"]
+    assert [path for path, _, _ in refused] == ["/v1/chat/completions", "/api/chat", "/v1/messages", "/v1/responses"]
     for path, response, seconds in refused:
         assert response.status_code == 503, (path, response.text)
         assert int(response.headers["retry-after"]) >= 1

@@ -13,7 +13,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from localrun.errors import InvalidRequest
-from localrun.tools import CallHoldback, parse_tool_calls, prepare_messages, tool_call_grammar
+from localrun.families import CallHoldback, parse_tool_calls
+from localrun.tools import prepare_messages, tool_call_grammar
 from localrun.tools.grammar import call_schema
 from localrun.tools.prompt import format_call
 from tests.tool_fixtures import ADD, BOOK, CITY_WEATHER, WEATHER, as_ollama, openai_tool, two_shot
@@ -206,7 +207,9 @@ def test_auto_choice_calls_after_examples_and_streams_no_raw_call(client):
     chunks = list(client.chat.completions.create(**request, stream=True))
     content = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
     assert "<tool_call>" not in content and "get_weather" not in content
-    assert chunks[-1].choices[0].delta.tool_calls[0].function.name == "get_weather"
+    named = [d for c in chunks if c.choices for d in c.choices[0].delta.tool_calls or [] if d.function.name]
+    assert [(d.index, d.function.name) for d in named] == [(0, "get_weather")]
+    assert chunks[-1].choices[0].finish_reason == "tool_calls"
 
 
 def test_tool_choice_none_answers_in_text(client):

@@ -141,3 +141,15 @@ def test_generate_ends_with_the_conversations_context(daemon):
 def test_show_lists_what_works_with_the_model(daemon):
     shown = post(daemon, "/api/show", {"model": MODEL}).json()
     assert shown["capabilities"] == ["completion", "tools", "embedding"]
+
+
+def test_an_alternative_that_ends_inside_a_character_keeps_its_bytes_across_the_runner_socket():
+    from localrun.native import TokenLogprob
+    from localrun.runner.host import _alternative
+    from localrun.server.openai.translate import chat_logprobs
+
+    partial, whole = "𝄞".encode()[:2], "ab".encode()
+    sent = TokenLogprob("ab", -0.1, [_alternative(whole, -0.1), _alternative(partial, -2.5)], list(whole))
+    (entry,) = chat_logprobs([TokenLogprob.from_wire(sent.to_wire())])["content"]
+    assert [(alt["token"], alt["bytes"]) for alt in entry["top_logprobs"]] == [("ab", list(whole)),
+                                                                               ("\ufffd", list(partial))]

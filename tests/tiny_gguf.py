@@ -36,3 +36,20 @@ def write_tiny_gguf(path: Path, *, floats: int = 4096, seed: int = 0, name: str 
 
 def sha256_of(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def with_chat_template(source: Path, target: Path, template: str) -> Path:
+    """A copy of the GGUF `source` whose chat template is `template`: a real model under another
+    family's template (the weights and tokenizer are untouched)."""
+    import gguf
+    from gguf.scripts.gguf_new_metadata import MetadataDetails, copy_with_new_metadata
+
+    reader = gguf.GGUFReader(str(source))
+    arch = reader.fields[gguf.Keys.General.ARCHITECTURE].contents()
+    writer = gguf.GGUFWriter(str(target), arch=arch, endianess=reader.endianess)
+    alignment = reader.fields.get(gguf.Keys.General.ALIGNMENT)
+    if alignment is not None:
+        writer.data_alignment = alignment.contents()
+    template_value = MetadataDetails(gguf.GGUFValueType.STRING, template)
+    copy_with_new_metadata(reader, writer, {gguf.Keys.Tokenizer.CHAT_TEMPLATE: template_value}, [])
+    return target

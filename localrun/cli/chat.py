@@ -129,12 +129,10 @@ class ChatSession:
         """Refuse a context longer than the model was trained for now, not on every message after it.
         A server that does not tell (no /api/show) is left to answer for itself."""
         try:
-            shown = self.client.show(self.model)
+            limit = self.client.trained_context(self.model)
         except LocalrunError:
             return
-        info = shown.get("model_info") or {}
-        limit = info.get(f"{info.get('general.architecture', '')}.context_length")
-        if isinstance(limit, int) and num_ctx > limit:
+        if limit is not None and num_ctx > limit:
             raise UsageError(f"num_ctx: {self.model} supports at most {limit} tokens of context, not {num_ctx}")
 
     def _show(self, args: list[str]) -> None:

@@ -8,4 +8,6 @@ from localrun.cli import launch_commands  # noqa: F401  launch claude
 from localrun.cli import quantize_commands  # noqa: F401  quantize, perplexity
 from localrun.cli import score_commands  # noqa: F401  score
 from localrun.cli import web_commands  # noqa: F401  open
+from localrun.cli import backend_commands  # noqa: F401  backend add, list, rm
+from localrun.cli import worker_commands  # noqa: F401  worker
 from localrun.cli import help_command  # noqa: F401  help (registered last: listed last)

@@ -43,6 +43,8 @@ def serve(
                                               help="Speculative decoding: off, on or a draft length "
                                                    "(overrides LOCALRUN_SPECULATIVE)."),
     no_ui: bool = typer.Option(False, "--no-ui", help="Serve no web chat page at / (as LOCALRUN_UI=off)."),
+    rpc: Optional[str] = typer.Option(None, "--rpc", help="Spread each model's layers over these `localrun worker`s: "
+                                                          "HOST:PORT,... (overrides LOCALRUN_RPC)."),
 ) -> None:
     """Run the daemon in the foreground (logs to stderr; Ctrl-C or SIGTERM stops it gracefully)."""
     import signal
@@ -56,7 +58,10 @@ def serve(
     config = Settings.from_env(flags={  # every setting checked here, before anything starts
         "LOCALRUN_GPU_LAYERS": ("--gpu-layers", gpu_layers), "LOCALRUN_KV_CACHE_TYPE": ("--kv-cache-type", kv_cache_type),
         "LOCALRUN_SPECULATIVE": ("--speculative", speculative), "LOCALRUN_UI": ("--no-ui", "off" if no_ui else None),
+        "LOCALRUN_RPC": ("--rpc", rpc),
     })
+    if config.engine.rpc:
+        _check_rpc_build()
     address = parse_address(host or config.host)
     address = replace(address, port=port) if port is not None else address
     bind = address.host or "127.0.0.1"
@@ -73,6 +78,16 @@ def serve(
         run_server(config, bind, address.port, insecure=insecure)
     finally:
         daemon.remove_pid_file(address.port)
+
+
+def _check_rpc_build() -> None:
+    """--rpc needs a llama.cpp built with its RPC backend: say how to rebuild before anything starts."""
+    from localrun.cli.doctor_commands import build_info
+    from localrun.errors import UsageError
+
+    info = build_info()
+    if not info.get("rpc"):
+        raise UsageError(f"--rpc / LOCALRUN_RPC: {info.get('rpc_hint') or info.get('error', 'no RPC backend')}")
 
 
 def _check_port_free(bind: str, address: Address) -> None:

@@ -65,11 +65,23 @@ def report(host: Optional[str]) -> dict[str, Any]:
     return {"localrun": __version__, "python": sys.version.split()[0], "llama_cpp": build_info(),
             "safe_mode": safe_mode_report(),
             "paths": paths_report(), "disk_free_bytes": disk_free(paths.models_dir()),
-            "daemon": daemon_report(host)}
+            "daemon": daemon_report(host), "backends": backends_report()}
+
+
+def backends_report() -> list[dict[str, Any]]:
+    """Each backend of backends.toml with what its replicas answer now (a bad file: one entry saying so)."""
+    from localrun.errors import LocalrunError
+    from localrun.upstream import backends
+
+    try:
+        declared = backends.load().backends.values()
+    except LocalrunError as e:
+        return [{"name": "backends.toml", "error": e.message}]
+    return [{**b.summary(), "replicas": b.check()} for b in declared]
 
 
 _SHOWN = ("system_info", "supports_gpu_offload", "devices", "default_threads", "cpu", "cpu_missing",
-          "extra_buffer_types")
+          "extra_buffer_types", "rpc", "rpc_hint")
 
 
 def safe_mode_report() -> str:
@@ -92,7 +104,8 @@ def render(data: dict[str, Any]) -> str:
                   f"  devices          {', '.join(map(str, devices)) if devices else 'none'}",
                   f"  default threads  {build.get('default_threads', '?')}",
                   f"  system info      {build.get('system_info', '')}",
-                  f"  weight buffers   {', '.join(build.get('extra_buffer_types') or []) or 'plain CPU only'}"]
+                  f"  weight buffers   {', '.join(build.get('extra_buffer_types') or []) or 'plain CPU only'}",
+                  f"  RPC backend      {'yes (localrun worker, serve --rpc)' if build.get('rpc') else 'no: ' + str(build.get('rpc_hint'))}"]
         lines += [f"  {k:<16} {v}" for k, v in build.items() if k not in _SHOWN]
         lines += ["", "CPU features"] + [f"  {line}" for line in build.get("cpu", [])]
         if data.get("safe_mode"):
@@ -103,7 +116,21 @@ def render(data: dict[str, Any]) -> str:
     state = {"up": f"running (pid {d['pid'] or 'unknown'})", "down": "not running",
              "foreign": "port taken by another program"}[d["state"]]
     lines += [f"  {'address':<16} {d['address']}", f"  {'state':<16} {state}", f"  {'log':<16} {d['log']}"]
-    return "\n".join(lines)
+    return "\n".join(lines + _render_backends(data.get("backends") or []))
+
+
+def _render_backends(backends: list[dict[str, Any]]) -> list[str]:
+    lines = ["", "backends (backends.toml)"] + ([] if backends else ["  none"])
+    for b in backends:
+        if "error" in b:
+            lines.append(f"  {b['name']:<16} error: {b['error']}")
+            continue
+        if b["api_key_env"]:
+            lines.append(f"  {b['name']:<16} key ${b['api_key_env']} {'set' if b['api_key_set'] else 'NOT SET'}")
+        for r in b["replicas"]:
+            state = f"ok, {len(r['models'])} models" if r["ok"] else f"unreachable: {r['error']}"
+            lines.append(f"  {b['name']:<16} {r['url']}  {state}")
+    return lines
 
 
 @app.command()

@@ -86,11 +86,20 @@ def list_models(
     from localrun.store import Store
 
     models = Store().list()
+    remote = _declared_upstream_models()
     if as_json:
-        print_json([m.to_dict() for m in models])
+        print_json([m.to_dict() for m in models] + [{"name": name, "backend": backend} for name, backend in remote])
         return
     _print_table([(m.name, m.short_id, _size(m.size), m.quantization, m.parameter_size, _ago(m.modified))
-                  for m in models])
+                  for m in models] + [(name, f"backend:{backend}", "-", "-", "-", "-") for name, backend in remote])
+
+
+def _declared_upstream_models() -> list[tuple[str, str]]:
+    """(model, backend) for the models backends.toml names; a running daemon's /api/tags (`list --host`)
+    also shows those it discovered from the upstreams' /v1/models."""
+    from localrun.upstream import backends
+
+    return [(model, b.name) for b in backends.load().backends.values() for model in b.models]
 
 
 def _print_table(models: list[tuple[str, ...]]) -> None:
@@ -288,7 +297,7 @@ def _tag_dict(tag: dict[str, Any], base_url: str) -> dict[str, Any]:
 def _tag_row(tag: dict[str, Any]) -> tuple[str, ...]:
     model = _tag_dict(tag, "")
     modified = _parse_time(model["modified"])
-    return (model["name"], model["digest"].removeprefix("sha256:")[:12] or "-",
+    return (model["name"], model["digest"].removeprefix("sha256:")[:12] or str(tag.get("remote_host") or "-"),
             _size(model["size"]) if model["size"] else "-", model["quantization"] or "-",
             model["parameter_size"] or "-", _ago(modified) if modified else "-")
 

@@ -84,6 +84,12 @@ class Client:
         """Ollama's `/api/show`: details, parameters, template, model_info."""
         return self._json("POST", "/api/show", json={"model": model}, timeout=_LOOKUP)
 
+    def trained_context(self, model: str) -> int | None:
+        """The context length `model` was trained for, from `/api/show`; None when the server does not say."""
+        info = self.show(model).get("model_info") or {}
+        limit = info.get(f"{info.get('general.architecture', '')}.context_length")
+        return limit if isinstance(limit, int) and limit > 0 else None
+
     def tags(self) -> list[dict[str, Any]]:
         """Ollama's `/api/tags`: the models in the server's own store as it describes them (name, size,
         digest, modified_at, details)."""

@@ -65,6 +65,25 @@ def ggml_function(name: str, restype, *argtypes):
     return fn
 
 
+DEV_CPU, DEV_GPU, DEV_IGPU = 0, 1, 3  # enum ggml_backend_dev_type
+
+
+def local_devices(*types: int) -> list[int]:
+    """This machine's ggml devices of the given types (DEV_*)."""
+    vp = ctypes.c_void_p
+    count = ggml_function("ggml_backend_dev_count", ctypes.c_size_t)()
+    get = ggml_function("ggml_backend_dev_get", vp, ctypes.c_size_t)
+    kind = ggml_function("ggml_backend_dev_type", ctypes.c_int, vp)
+    return [dev for dev in (get(i) for i in range(count)) if kind(dev) in types]
+
+
+def has_gpu() -> bool:
+    """Whether this machine has a GPU for layers. Not llama_supports_gpu_offload(): that also says yes
+    for a CPU-only build with the RPC backend, where "auto" would then turn on CPU flash attention."""
+    init_backend()
+    return bool(local_devices(DEV_GPU, DEV_IGPU))
+
+
 def cpu_device() -> int:
     return ggml_function("ggml_backend_dev_by_type", ctypes.c_void_p, ctypes.c_int)(0)  # ..._DEVICE_TYPE_CPU
 
@@ -118,12 +137,17 @@ def drop_extra_buffer_type(name: str) -> bool:
 class Model:
     """A loaded GGUF model and its vocabulary."""
 
-    def __init__(self, path: str, gpu_layers: int | None, safe_mode: bool = False) -> None:
+    def __init__(self, path: str, gpu_layers: int | None, safe_mode: bool = False, rpc: tuple[str, ...] = ()) -> None:
         init_backend()
         params = L.llama_model_default_params()
-        offload = L.llama_supports_gpu_offload()
+        self.offloads = offload = has_gpu() or bool(rpc)  # layers have somewhere to go
         self.gpu_layers = (999 if offload else 0) if gpu_layers is None else (gpu_layers if offload else 0)
         params.n_gpu_layers = self.gpu_layers
+        if rpc:  # the layers go to these workers (and any local GPU); see engine/rpc.py
+            from localrun.engine.rpc import offload_devices
+
+            self._devices = offload_devices(list(rpc))  # referenced for as long as llama.cpp may read it
+            params.devices = ctypes.cast(self._devices, ctypes.c_void_p)
         params.use_extra_bufts = not safe_mode  # safe mode: plain CPU weights, no repacking, no AMX
         self.ptr = L.llama_model_load_from_file(path.encode(), params)
         if not self.ptr:
@@ -236,5 +260,5 @@ class Batch:
             self.raw = None
 
 
-__all__ = ["Batch", "Model", "cpu_device", "drop_extra_buffer_type", "extra_buffer_type", "extra_buffer_types",
-           "ggml_function", "init_backend", "new_context", "system_info"]
+__all__ = ["DEV_CPU", "DEV_GPU", "DEV_IGPU", "Batch", "Model", "cpu_device", "drop_extra_buffer_type", "extra_buffer_type", "extra_buffer_types",
+           "ggml_function", "has_gpu", "init_backend", "local_devices", "new_context", "system_info"]

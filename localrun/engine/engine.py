@@ -9,13 +9,13 @@ scheduler; everything about pointers lives in `backend`.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import llama_cpp as L
 
 from localrun.engine import chat_template
-from localrun.engine.backend import Batch, Model, extra_buffer_types, init_backend, new_context
+from localrun.engine.backend import Batch, Model, extra_buffer_types, has_gpu, init_backend, new_context
 from localrun.engine.detokenizer import Detokenizer
 from localrun.engine.drafts import Drafter
 from localrun.engine.embed import Embedder
@@ -46,6 +46,7 @@ class _State:
     stops: StopMatcher
     t_prompt: float = 0.0
     t_first: float = 0.0
+    forced: list[int] = field(default_factory=list)  # the next tokens, decided by the caller instead of sampled
 
 
 class Engine:
@@ -54,10 +55,12 @@ class Engine:
     def __init__(self, model_path: str, settings: EngineSettings | None = None) -> None:
         self.settings = settings = settings or EngineSettings()  # checked when it was built
         self.cpu_plan = init_backend()
-        self.model = Model(model_path, settings.gpu_layers, settings.safe_mode)
+        self.model = Model(model_path, settings.gpu_layers, settings.safe_mode, settings.rpc)
         self._tuner = ThreadTuner(physical_cores()) if settings.threads is None else None
         self._threads = self._tuner.threads if self._tuner else settings.threads
-        self.flash_attn = resolve_flash_attn(settings.flash_attn, settings.kv_cache_type, L.llama_supports_gpu_offload())
+        # RPC workers do not count as a GPU here: they may compute on CPUs, whose flash-attention kernel would
+        # make batched answers differ from solo ones; LOCALRUN_FLASH_ATTN=auto lets llama.cpp choose for them.
+        self.flash_attn = resolve_flash_attn(settings.flash_attn, settings.kv_cache_type, has_gpu())
         self.can_draft = _can_drop_tail(self.model)
         can_cut = not (L.llama_model_is_recurrent(self.model.ptr) or L.llama_model_is_hybrid(self.model.ptr))
         try:
@@ -107,7 +110,8 @@ class Engine:
         drafter = self._drafter(p.speculative)
         banned = self._eog_tokens() if p.ignore_eos else []
         sampler = Sampler(self.model.vocab, self.model.n_vocab, p, p.seed if p.seed is not None else self.settings.seed, banned)
-        state = _State(request, sampler, Detokenizer(self.model.piece), StopMatcher(p.stop))
+        piece = self.model.special_piece if request.special_text else self.model.piece
+        state = _State(request, sampler, Detokenizer(piece), StopMatcher(p.stop))
         self.scheduler.add(Sequence(request.id, list(prompt), len(prompt), p.max_tokens, state=state, drafter=drafter))
 
     def _drafter(self, speculative: int | None) -> Drafter | None:
@@ -122,6 +126,13 @@ class Engine:
         seq = self.scheduler.find(request_id)
         if seq is not None:
             seq.cancelled = True
+
+    def force(self, request_id: str, tokens: list[int]) -> None:
+        """Make `tokens` the request's next tokens instead of sampling them (a reasoning budget closes
+        a thought this way). The engine does not know why; the runner decides when."""
+        seq = self.scheduler.find(request_id)
+        if seq is not None:
+            seq.state.forced.extend(tokens)
 
     @property
     def has_work(self) -> bool:
@@ -200,7 +211,7 @@ class Engine:
             return [self._finish(seq, "length")]
         want = st.request.sampling.logprobs
         logprobs = log_softmax(logits_at(self.ctx, index, self.model.n_vocab)) if want is not None else None
-        token = st.sampler.sample(self.ctx, index)
+        token = st.sampler.take(st.forced.pop(0)) if st.forced else st.sampler.sample(self.ctx, index)
         if seq.n_generated == 0:
             st.t_first = time.perf_counter()
         seq.tokens.append(token)
@@ -247,7 +258,7 @@ class Engine:
     def _token_event(self, seq: Sequence, token: int, text: str, logprobs, want: int | None) -> Token:
         if logprobs is None:
             return Token(seq.id, text, token)
-        top = [(self.model.token_text(t), lp) for t, lp in top_n(logprobs, want)] if want else None
+        top = top_n(logprobs, want) if want else None
         return Token(seq.id, text, token, float(logprobs[token]), top)
 
     def _finish(self, seq: Sequence, reason: str) -> Finished:
@@ -376,7 +387,7 @@ class Engine:
             "parallel": s.parallel,
             "batch_size": s.batch_size,
             "gpu_layers": m.gpu_layers,
-            "gpu_offload": L.llama_supports_gpu_offload(),
+            "gpu_offload": m.offloads,
             "flash_attn": self.flash_attn,
             "kv_cache_type": s.kv_cache_type,
             "kv_unified": s.kv_unified,

@@ -22,7 +22,7 @@ class Token:
     text: str
     token: int
     logprob: float | None = None
-    top_logprobs: list[tuple[str, float]] | None = None
+    top_logprobs: list[tuple[int, float]] | None = None  # the most likely tokens (ids) and their log-probabilities
 
 
 @dataclass(slots=True)

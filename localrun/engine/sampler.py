@@ -71,6 +71,12 @@ class Sampler:
             return L.llama_sampler_sample(self.ptr, ctx, index)
         return self._sample_with_grammar(ctx, index)
 
+    def take(self, token: int) -> int:
+        """A token chosen by the caller: the chain (penalties) sees it as if sampled. A grammar is not
+        advanced, since the token may lie outside it; forcing is for free text."""
+        L.llama_sampler_accept(self.ptr, token)
+        return token
+
     def _sample_with_grammar(self, ctx, index: int) -> int:
         """Draw without the grammar, then let the grammar judge that one token; only when it refuses,
         filter the whole vocabulary through the grammar and draw again.

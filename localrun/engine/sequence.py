@@ -18,6 +18,7 @@ class Request:
     prompt: list[int]
     sampling: SamplingParams = field(default_factory=SamplingParams)
     truncate: bool = False  # drop the oldest prompt tokens instead of refusing a prompt over the context
+    special_text: bool = False  # control tokens appear in the text by name (a family's markers may be such tokens)
 
 
 class Status(Enum):

@@ -2,6 +2,7 @@
 
     python -m localrun.runner --model FILE --fd N --settings JSON   JSON: localrun.config.EngineSettings
     python -m localrun.runner --info        print what this llama.cpp build can do, as JSON
+    python -m localrun.runner --worker HOST:PORT [--threads N]   serve ggml's RPC server (`localrun worker`)
 
 The daemon starts one of these per loaded model (see protocol.py). A crash in here, even an abort
 inside llama.cpp, ends this process only; the daemon tells the requests in flight why.
@@ -22,6 +23,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--model", help="GGUF file to load")
     p.add_argument("--fd", type=int, help="inherited socket file descriptor to speak the protocol on")
     p.add_argument("--settings", default="{}", help="EngineSettings as JSON (omitted fields take their defaults)")
+    p.add_argument("--worker", metavar="HOST:PORT", help="lend this machine's devices to llama.cpp RPC clients")
+    p.add_argument("--threads", type=int, default=None, help="CPU threads of a worker")
     return p
 
 
@@ -29,7 +32,8 @@ def build_info() -> dict:
     """What `localrun doctor` shows about the inference build."""
     import llama_cpp
 
-    from localrun.engine.backend import extra_buffer_types, init_backend, system_info
+    from localrun.engine import rpc
+    from localrun.engine.backend import extra_buffer_types, has_gpu, init_backend, system_info
     from localrun.engine.settings import physical_cores
 
     plan = init_backend()
@@ -39,11 +43,13 @@ def build_info() -> dict:
         "cpu": plan.lines(),
         "cpu_missing": [f.name for f in plan.missing],
         "extra_buffer_types": extra_buffer_types(),
-        "supports_gpu_offload": bool(llama_cpp.llama_supports_gpu_offload()),
+        "supports_gpu_offload": has_gpu(),
         "supports_mmap": bool(llama_cpp.llama_supports_mmap()),
         "max_devices": int(llama_cpp.llama_max_devices()),
         "cpu_count": os.cpu_count(),
         "default_threads": physical_cores(),
+        "rpc": rpc.available(),
+        **({} if rpc.available() else {"rpc_hint": rpc.REBUILD}),
     }
 
 
@@ -52,6 +58,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.info:
         print(json.dumps(build_info()))
         return 0
+    if args.worker:
+        return _worker(args.worker, args.threads)
     if not args.model or args.fd is None:
         _parser().error("--model and --fd are required")
     # An abort inside llama.cpp (GGML_ASSERT) must end in one line on stderr, which the daemon
@@ -69,6 +77,27 @@ def main(argv: list[str] | None = None) -> int:
     RunnerHost(engine, channel).run()
     engine.close()
     return 0
+
+
+def _worker(endpoint: str, threads: int | None) -> int:
+    """Serve until killed; Ctrl-C ends it (ggml's server runs in a thread: C code would not see it)."""
+    from localrun.engine import rpc
+    from localrun.errors import LocalrunError
+
+    host, _, port = endpoint.rpartition(":")
+    try:
+        thread = rpc.serve_worker(host.strip("[]"), int(port), threads)
+        print(f"localrun worker: lending {', '.join(rpc.device_names())} to llama.cpp RPC clients on {endpoint}",
+              file=sys.stderr, flush=True)
+        while thread.is_alive():
+            thread.join(0.5)
+    except LocalrunError as e:
+        print(f"error: {e.message}", file=sys.stderr)
+        return e.exit_code
+    except KeyboardInterrupt:
+        return 130
+    print(f"error: the RPC server could not listen on {endpoint} (is the port taken?)", file=sys.stderr)
+    return 1
 
 
 def _load(args: argparse.Namespace, channel):

@@ -21,36 +21,37 @@ from localrun.engine import Engine, Finished, Request, Token
 from localrun.engine.embed import Truncate
 from localrun.engine.perplexity import perplexity
 from localrun.errors import InvalidRequest, LocalrunError
-from localrun.native import Delta, Done, GenerateRequest, TokenLogprob, ToolCall, encode_event
-from localrun.runner.prompt import build_grammar, build_prompt
+from localrun.families import GENERIC, Family, OutputParser, family_for
+from localrun.native import Delta, Done, GenerateRequest, TokenLogprob, encode_event
+from localrun.runner.prompt import build_chat, build_grammar, build_prompt
 from localrun.runner.protocol import Channel
 from localrun.sampling import SamplingParams
-from localrun.tools import CallHoldback, active_tools, parse_tool_calls
-from localrun.tools.parse import unfinished_call_cut
+from localrun.tools import active_tools
 
 SHUTDOWN = {"op": "shutdown"}
 
 
 @dataclass(slots=True)
 class _Choice:
-    """The runner's view of one engine sequence: which request and choice it serves, and its text.
-    With tools offered, text that may be a call is held back and parsed into calls at the end."""
+    """The runner's view of one engine sequence: which request and choice it serves, its answer and
+    thinking so far. The family's parser splits the text; with a reasoning budget, the thinking
+    tokens are counted and the thought is closed once they reach it."""
 
     request_id: str
     index: int
+    parser: OutputParser
+    budget: int | None = None
     text: list[str] = field(default_factory=list)
-    tools: list[dict[str, Any]] | None = None
-    holdback: CallHoldback | None = None
+    reasoning: list[str] = field(default_factory=list)
+    thought_tokens: int = 0
     context: list[int] | None = None  # prompt + generated token ids, when the request wants them back
 
-    def visible(self, text: str) -> str:
-        return self.holdback.push(text) if self.holdback else text
-
-    def take_calls(self) -> tuple[str, list[ToolCall]]:
-        """(the held-back text that is not a call, the calls) at the end of the choice."""
-        held = self.holdback.finish() if self.holdback else ""
-        rest, calls = parse_tool_calls(held, {tool["name"] for tool in self.tools or ()})
-        return unfinished_call_cut(rest), calls
+    def over_budget(self) -> bool:
+        """True once, when this token makes the thinking reach its budget."""
+        if self.budget is None or not self.parser.thinking:
+            return False
+        self.thought_tokens += 1
+        return self.thought_tokens == self.budget
 
 
 class RunnerHost:
@@ -59,6 +60,7 @@ class RunnerHost:
         self.channel = channel
         self.inbox: queue.SimpleQueue[dict[str, Any]] = queue.SimpleQueue()
         self.choices: dict[str, _Choice] = {}  # engine request id -> choice
+        self.family: Family = family_for(engine.model.chat_template(), engine.model.meta("general.architecture"))
         self.jobs: dict[str, tuple[threading.Thread, threading.Event]] = {}  # request id -> background job
         self.stopping = False
 
@@ -110,16 +112,18 @@ class RunnerHost:
 
     def _op_generate(self, rid: str, message: dict[str, Any]) -> None:
         request = GenerateRequest.from_dict(message["request"])
-        prompt = build_prompt(self.engine, request)
+        family = self.family if request.messages is not None else GENERIC  # a raw prompt has no template
+        text, prompt = build_chat(self.engine, request, family)
         sampling = request.sampling
         sampling.grammar = build_grammar(request) or sampling.grammar
         tools = active_tools(request.tools, request.tool_choice)
+        names = {tool["name"] for tool in tools} if tools else None
         keys = [f"{rid}#{index}" for index in range(max(1, request.n))]
         try:
             for index, key in enumerate(keys):
                 choice_sampling = sampling if request.n <= 1 or sampling.seed is None else _reseeded(sampling, index)
-                self.engine.add(Request(id=key, prompt=prompt, sampling=choice_sampling))
-                self.choices[key] = _Choice(rid, index, tools=tools, holdback=CallHoldback() if tools else None,
+                self.engine.add(Request(id=key, prompt=prompt, sampling=choice_sampling, special_text=family.special_text))
+                self.choices[key] = _Choice(rid, index, OutputParser(family, text, names), request.reasoning_budget,
                                             context=list(prompt) if request.return_context else None)
         except Exception:
             for key in keys:  # the choices already queued go too: the request failed as a whole
@@ -148,7 +152,7 @@ class RunnerHost:
     def _op_render(self, rid: str, message: dict[str, Any]) -> None:
         request = GenerateRequest(model="", messages=message["messages"], tools=message.get("tools"),
                                   tool_choice=message.get("tool_choice"), template=message.get("template"))
-        self._result(rid, {"tokens": build_prompt(self.engine, request)})
+        self._result(rid, {"tokens": build_prompt(self.engine, request, self.family)})
 
     def _op_embed(self, rid: str, message: dict[str, Any]) -> None:
         texts = message["inputs"]
@@ -222,21 +226,25 @@ class RunnerHost:
         if isinstance(event, Token):
             if choice.context is not None:
                 choice.context.append(event.token)
-            text = choice.visible(event.text)
-            if text or event.logprob is not None:
-                return [self._delta(choice, text, _logprobs(self.engine, event))]
+            if choice.over_budget():
+                close = choice.parser.family.close_thought
+                self.engine.force(event.request_id, self.engine.tokenize(close, add_special=False, parse_special=True))
+            reasoning, text = choice.parser.push(event.text)
+            if text or reasoning or event.logprob is not None:
+                return [self._delta(choice, text, _logprobs(self.engine, event), reasoning)]
             return []
         del self.choices[event.request_id]
-        rest, calls = choice.take_calls()
-        out = [self._delta(choice, rest, [])] if rest else []
+        reasoning, rest, calls = choice.parser.finish(cut_off=event.reason == "length" or bool(event.stop_text))
+        out = [self._delta(choice, rest, [], reasoning)] if rest or reasoning else []
         done = Done(choice.index, "tool_calls" if calls else event.reason, event.timings, "".join(choice.text), calls,
-                    event.stop_text, choice.context)
+                    event.stop_text, choice.context, "".join(choice.reasoning))
         out.append(encode_event(choice.request_id, done))
         return out
 
-    def _delta(self, choice: _Choice, text: str, logprobs: list[TokenLogprob]) -> dict[str, Any]:
+    def _delta(self, choice: _Choice, text: str, logprobs: list[TokenLogprob], reasoning: str = "") -> dict[str, Any]:
         choice.text.append(text)
-        return encode_event(choice.request_id, Delta(choice.index, text, logprobs))
+        choice.reasoning.append(reasoning)
+        return encode_event(choice.request_id, Delta(choice.index, text, logprobs, reasoning))
 
 
 def internal_error(error: Exception) -> LocalrunError:
@@ -249,11 +257,19 @@ def internal_error(error: Exception) -> LocalrunError:
 
 def _logprobs(engine: Engine, event: Token) -> list[TokenLogprob]:
     """The token's own bytes go too: one that ends inside a UTF-8 character has no text of its own
-    (its text shows U+FFFD)."""
+    (its text shows U+FFFD). So do an alternative's, when its text is not them."""
     if event.logprob is None:
         return []
-    raw = engine.model.special_piece(event.token)
-    return [TokenLogprob(raw.decode("utf-8", "replace"), event.logprob, event.top_logprobs or [], list(raw))]
+    piece = engine.model.special_piece
+    top = [_alternative(piece(token), logprob) for token, logprob in event.top_logprobs or []]
+    raw = piece(event.token)
+    return [TokenLogprob(raw.decode("utf-8", "replace"), event.logprob, top, list(raw))]
+
+
+def _alternative(raw: bytes, logprob: float) -> tuple:
+    """(text, logprob), with the bytes as a third member when the text does not spell them."""
+    text = raw.decode("utf-8", "replace")
+    return (text, logprob) if text.encode() == raw else (text, logprob, list(raw))
 
 
 def _reseeded(sampling: SamplingParams, index: int) -> SamplingParams:

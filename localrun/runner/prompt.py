@@ -6,30 +6,49 @@ Tools reach the template when it knows them, else as localrun's generic tool pro
 localrun.tools.prompt); a required or named tool_choice becomes a grammar that forces one call.
 A conversation that ends with an assistant message is a prefill: the model continues that message
 (Anthropic's prefill, Ollama's and llama-server's continuation) instead of starting a new turn.
+The model's family (localrun.families) steers thinking through the template's own variables and puts
+past thinking where its template reads it.
 """
 
 from __future__ import annotations
 
 from localrun.engine import Engine, schema_to_grammar
 from localrun.errors import InvalidRequest
+from localrun.families import GENERIC, Family
 from localrun.native import GenerateRequest
 from localrun.tools import active_tools, prepare_messages, tool_call_grammar
 from localrun.tools.bounds import MAX_GRAMMAR_CHARS
 from localrun.tools.schema import check_supported, normalized
 
 
-def build_prompt(engine: Engine, request: GenerateRequest) -> list[int]:
+def build_prompt(engine: Engine, request: GenerateRequest, family: Family = GENERIC) -> list[int]:
+    return build_chat(engine, request, family)[1]
+
+
+def build_chat(engine: Engine, request: GenerateRequest, family: Family) -> tuple[str, list[int]]:
+    """(the prompt text, its tokens); the text tells the family's parser whether a thought is open."""
     if request.messages is None:
-        return engine.tokenize(request.prompt or "", add_special=True, parse_special=True)
+        text = request.prompt or ""
+        return text, engine.tokenize(text, add_special=True, parse_special=True)
     tools = active_tools(request.tools, request.tool_choice)
+    history = [family.with_history(m) if m.get("role") == "assistant" else m for m in request.messages]
     template = request.template or engine.model.chat_template()
-    messages, template_tools = prepare_messages(request.messages, tools, template)
+    messages, template_tools = prepare_messages(history, tools, template)
     prefill = _prefill(messages)
-    text = engine.render_chat(messages, tools=template_tools, add_generation_prompt=prefill is None, template=template)
+    think = False if request.reasoning_budget == 0 or _constrained(request) else request.think
+    text = engine.render_chat(messages, tools=template_tools, add_generation_prompt=prefill is None, template=template,
+                              **family.template_vars(think, request.reasoning_effort))
     if prefill is not None:
         text = _continuing(text, prefill)
     bos = engine.info.get("bos_token") or ""
-    return engine.tokenize(text, add_special=not (bos and text.startswith(bos)), parse_special=True)
+    return text, engine.tokenize(text, add_special=not (bos and text.startswith(bos)), parse_special=True)
+
+
+def _constrained(request: GenerateRequest) -> bool:
+    """A grammar shapes the output from its first token, so there is no room for a thought: thinking
+    goes off (where the family can turn it off) for forced tool calls and structured output."""
+    forced = request.tool_choice not in (None, "none", "auto") and bool(request.tools)
+    return forced or request.json_schema is not None or request.json_mode
 
 
 def _prefill(messages: list[dict]) -> str | None:

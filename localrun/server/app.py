@@ -13,6 +13,9 @@ from localrun.config import Settings
 from localrun.server import errors, metrics, security
 from localrun.server.access_log import AccessLog
 from localrun.server.manager import ModelManager
+from localrun.server.responses.store import ResponseStore
+from localrun.upstream import backends
+from localrun.upstream.pool import Upstreams
 
 
 def create_app(config: Settings | None = None, store: Any = None, manager: ModelManager | None = None) -> FastAPI:
@@ -22,16 +25,19 @@ def create_app(config: Settings | None = None, store: Any = None, manager: Model
         from localrun.store.download import Guard, Policy
 
         store = Store(policy=Policy(guard=Guard.from_env()))  # pulls for HTTP clients: no private addresses
-    manager = manager or ModelManager(config, store)
+    manager = manager or ModelManager(config, store, upstreams=_upstreams())
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        if manager.upstreams is not None:
+            await manager.upstreams.start()
         yield
         await manager.close()
 
     app = FastAPI(title="localrun", version=__version__, lifespan=lifespan,
-                  description="Local LLM runner: OpenAI-, Ollama- and Anthropic-compatible APIs.")
+                  description="Local LLM runner: OpenAI- (chat, completions, responses), Ollama- and Anthropic-compatible APIs.")
     app.state.config, app.state.store, app.state.manager = config, store, manager
+    app.state.responses = ResponseStore(config.max_responses)
     errors.install(app)
     security.install(app, config)
     app.add_middleware(metrics.RequestCounter)  # outermost: refused requests are counted too
@@ -45,6 +51,7 @@ def create_app(config: Settings | None = None, store: Any = None, manager: Model
     from localrun.server.ollama.routes import router as ollama
     from localrun.server.openai.routes import router as openai
     from localrun.server.perplexity import router as perplexity
+    from localrun.server.responses.routes import router as responses
     from localrun.server.score import router as score
     from localrun.server.tokens import router as tokens
 
@@ -54,9 +61,16 @@ def create_app(config: Settings | None = None, store: Any = None, manager: Model
 
         app.include_router(web)
     app.include_router(openai)
+    app.include_router(responses)
     app.include_router(ollama)
     app.include_router(anthropic)
     app.include_router(tokens)
     app.include_router(perplexity)
     app.include_router(score)
     return app
+
+
+def _upstreams() -> Upstreams | None:
+    """The backends of backends.toml in the config directory, when it declares any."""
+    declared = backends.load().backends
+    return Upstreams(list(declared.values())) if declared else None

@@ -10,6 +10,9 @@ The bookkeeping is synchronous code on the event loop (no lock): a decision and 
 happen without an await in between. A load runs as its own task, so a slow load of one model never
 delays requests to another that is already loaded; requests for a model that is loading claim a
 place in its queue and share that one load (and its error, when it fails).
+
+A model that lives on another server (backends.toml) is leased from `localrun.upstream` instead:
+nothing loads here, and routing, health and replicas are that package's business.
 """
 
 from __future__ import annotations
@@ -23,12 +26,13 @@ from typing import Any, AsyncIterator, Awaitable, Callable, Iterator
 
 from localrun.config import EngineSettings, Settings
 from localrun.durations import parse_duration
-from localrun.errors import DaemonUnavailable, InvalidRequest, LoadCrashed, Overloaded
+from localrun.errors import DaemonUnavailable, InvalidRequest, LoadCrashed, LocalrunError, Overloaded
 from localrun.safe_mode import SafeModeMemory
 from localrun.server import access_log
 from localrun.memory import context_for, estimate_bytes, fits, memory_budget
 from localrun.server.defaults import context_size
 from localrun.server.runner_process import RunnerProcess
+from localrun.upstream.pool import Route, UpstreamLease, Upstreams
 
 log = logging.getLogger("localrun.manager")
 
@@ -96,9 +100,10 @@ def _seen(task: asyncio.Task[Any]) -> None:
 
 class ModelManager:
     def __init__(self, config: Settings, store: Any, spawn: Spawn | None = None,
-                 safe_mode: SafeModeMemory | None = None) -> None:
+                 safe_mode: SafeModeMemory | None = None, upstreams: Upstreams | None = None) -> None:
         self.config = config
         self.store = store
+        self.upstreams = upstreams  # models served by other servers (backends.toml)
         self.spawn: Spawn = spawn or RunnerProcess.start
         self.safe_mode = safe_mode or SafeModeMemory()
         self.loaded: dict[str, Loaded] = {}  # by blob digest
@@ -116,15 +121,37 @@ class ModelManager:
         return replace(self.config.engine, ctx_size=ctx, safe_mode=self.safe_mode.needed)
 
     @contextlib.asynccontextmanager
-    async def lease(self, name: str, num_ctx: int | None = None, keep_alive: Any = None) -> AsyncIterator[Loaded]:
-        """The loaded model for `name`, admitted for one request; released (keep-alive starts) on exit."""
+    async def lease(self, name: str, num_ctx: int | None = None,
+                    keep_alive: Any = None) -> AsyncIterator[Loaded | UpstreamLease]:
+        """The loaded model for `name`, admitted for one request; released (keep-alive starts) on exit.
+        A model that lives upstream gets the upstream's lease, which generation uses the same way."""
         keep = self.default_keep_alive if keep_alive is None else parse_duration(keep_alive)
+        route = await self.upstream(name)
+        if route is not None:
+            assert self.upstreams is not None
+            async with self.upstreams.lease(route) as leased:
+                access_log.note(model=route.model.name)
+                yield leased
+            return
         loaded = await self._acquire(name, num_ctx, keep)
         access_log.note(model=loaded.model.name)
         try:
             yield loaded
         finally:
             self._release(loaded)
+
+    async def upstream(self, name: str) -> Route | None:
+        """The upstream route for `name` when it lives on another server: a model named in backends.toml
+        always does; one only discovered from an upstream's /v1/models does when the store lacks it, so
+        discovery never hides a local model."""
+        route = self.upstreams.route(name) if self.upstreams is not None else None
+        if route is None or route.model.declared:
+            return route
+        try:
+            await asyncio.to_thread(self.store.resolve, name)
+        except LocalrunError:
+            return route
+        return None
 
     def _release(self, loaded: Loaded) -> None:
         loaded.release(time.monotonic())
@@ -331,7 +358,9 @@ class ModelManager:
         return True
 
     async def unload_name(self, name: str) -> bool:
-        """Expire `name` if it is loaded (keep_alive 0 with an empty prompt)."""
+        """Expire `name` if it is loaded (keep_alive 0 with an empty prompt); an upstream model never is."""
+        if await self.upstream(name) is not None:
+            return False
         model = await asyncio.to_thread(self.store.resolve, name)
         return await self.expire(model.digest)
 
@@ -364,6 +393,8 @@ class ModelManager:
         self.closing = True
         if self._reaper is not None:
             self._reaper.cancel()
+        if self.upstreams is not None:
+            await self.upstreams.close()
         loads = [loading.task for loading in self.loading.values() if loading.task is not None]
         await asyncio.gather(*loads, return_exceptions=True)  # each closes its own runner when closing
         for loaded in list(self.loaded.values()):

@@ -39,7 +39,7 @@ from localrun.server.errors import error_response
 OPEN_PATHS = frozenset({"/health", "/"})
 OPEN_PREFIX = "/ui/"  # the chat page's files (server/web): public, they ship in the package
 LOOPBACK_ORIGIN = r"https?://(localhost|127(\.\d{1,3}){3}|\[::1\])(:\d{1,5})?"
-_MAX_TOKEN_FIELDS = ("max_tokens", "max_completion_tokens", "num_predict")
+_MAX_TOKEN_FIELDS = ("max_tokens", "max_completion_tokens", "max_output_tokens", "num_predict")
 _INPUT_FIELDS = ("input", "prompt", "inputs")
 
 

@@ -14,7 +14,7 @@ from typing import Any
 
 from localrun.engine.grammar import schema_to_grammar
 from localrun.errors import InvalidRequest
-from localrun.tools.parse import HERMES_CLOSE, HERMES_OPEN
+from localrun.families.json_calls import HERMES_CLOSE, HERMES_OPEN
 
 CALL_RULE = "tool-call-json"
 _GBNF_TOKEN = re.compile(r'"(?:\\.|[^"\\])*"|\[(?:\\.|[^\]\\])*\]|[A-Za-z0-9-]+')

@@ -27,7 +27,7 @@ import json
 import re
 from typing import Any
 
-from localrun.tools.parse import HERMES_CLOSE, HERMES_OPEN
+from localrun.families.json_calls import HERMES_CLOSE, HERMES_OPEN
 
 _MENTIONS_TOOLS = re.compile(r"\btools\b")
 

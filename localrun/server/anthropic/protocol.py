@@ -40,7 +40,7 @@ class MessagesRequest(CountTokensRequest):
     stop_sequences: list[str] | None = None
     stream: bool = False
     temperature: float | None = Field(None, ge=0, le=2)  # Anthropic allows 0..1; 2 for OpenAI-minded clients
-    thinking: dict[str, Any] | None = None  # accepted; the template decides what thinking means
+    thinking: dict[str, Any] | None = None  # {"type": "enabled", "budget_tokens": N} | {"type": "disabled"}
     top_k: int | None = Field(None, ge=0, lt=2**31)
     top_p: float | None = Field(None, ge=0, le=1)
     # localrun extensions

@@ -2,8 +2,9 @@
 
     message_start                     the message with empty content and the prompt's token count
     ping                              at once, then at least every PING_INTERVAL_S while nothing else is sent
-    content_block_start  (index i)    a text block when text appears, a tool_use block per call
-    content_block_delta  (index i)    text_delta pieces, or the call's input as one input_json_delta
+    content_block_start  (index i)    a thinking block when thinking appears, a text block when text
+                                      appears, a tool_use block per call
+    content_block_delta  (index i)    thinking_delta or text_delta pieces, or the call's input as one input_json_delta
     content_block_stop   (index i)
     message_delta                     stop_reason, stop_sequence and the final usage
     message_stop
@@ -18,7 +19,7 @@ import asyncio
 import json
 from typing import Any, AsyncIterator, TypeVar
 
-from localrun.native import Delta, Done
+from localrun.native import Delta, Done, Timings
 from localrun.server import generation
 from localrun.server.anthropic import translate as t
 from localrun.server.streaming import sse
@@ -36,7 +37,7 @@ async def message_events(gen: generation.Generation, model: str,
         if event is None:
             yield _event("ping")
         elif isinstance(event, Delta):
-            for chunk in blocks.text(event.text):
+            for chunk in blocks.thinking(event.reasoning) + blocks.text(event.text):
                 yield chunk
         else:
             for chunk in blocks.done(event):
@@ -67,21 +68,27 @@ async def with_pings(events: AsyncIterator[T], interval: float) -> AsyncIterator
 
 
 class _Blocks:
-    """Content block bookkeeping: a text block opens with the first text, each call is its own block."""
+    """Content block bookkeeping: a thinking or text block opens with its first piece and closes when
+    the other kind begins; each call is its own block."""
 
     def __init__(self) -> None:
         self.index = 0
-        self.text_open = False
+        self.open: str | None = None  # the kind of the open block: "thinking" | "text"
+
+    def thinking(self, text: str) -> list[str]:
+        return self._piece("thinking", {"type": "thinking", "thinking": "", "signature": ""},
+                           {"type": "thinking_delta", "thinking": text}) if text else []
 
     def text(self, text: str) -> list[str]:
-        if not text:
-            return []
-        out = [] if self.text_open else [_start(self.index, {"type": "text", "text": ""})]
-        self.text_open = True
-        return out + [_delta(self.index, {"type": "text_delta", "text": text})]
+        return self._piece("text", t.text_block(""), {"type": "text_delta", "text": text}) if text else []
+
+    def _piece(self, kind: str, block: dict[str, Any], delta: dict[str, Any]) -> list[str]:
+        out = [] if self.open == kind else self._close() + [_start(self.index, block)]
+        self.open = kind
+        return out + [_delta(self.index, delta)]
 
     def done(self, done: Done) -> list[str]:
-        out = self._close_text()
+        out = self._close()
         for call in done.tool_calls:
             out += [_start(self.index, {**t.tool_use(call), "input": {}}),
                     _delta(self.index, {"type": "input_json_delta", "partial_json": json.dumps(call.arguments)}),
@@ -90,19 +97,19 @@ class _Blocks:
         delta = {"stop_reason": t.stop_reason(done), "stop_sequence": t.stop_sequence(done)}
         return out + [_event("message_delta", delta=delta, usage=t.usage(done.timings)), _event("message_stop")]
 
-    def _close_text(self) -> list[str]:
-        if not self.text_open:
+    def _close(self) -> list[str]:
+        if self.open is None:
             return []
-        self.text_open = False
+        closing = [_delta(self.index, {"type": "signature_delta", "signature": ""})] if self.open == "thinking" else []
+        self.open = None
         self.index += 1
-        return [_event("content_block_stop", index=self.index - 1)]
+        return closing + [_event("content_block_stop", index=self.index - 1)]
 
 
 def _started(model: str, prompt_tokens: int) -> dict[str, Any]:
-    usage = {"input_tokens": prompt_tokens, "output_tokens": 0, "cache_creation_input_tokens": 0,
-             "cache_read_input_tokens": 0}
+    usage = t.usage(Timings(prompt_tokens=prompt_tokens))  # what is cached is not known before the end
     return {"id": t.new_id(), "type": "message", "role": "assistant", "model": model, "content": [],
-            "stop_reason": None, "stop_sequence": None, "usage": usage}
+            "stop_reason": None, "stop_sequence": None, "usage": usage, "container": None}
 
 
 def _start(index: int, block: dict[str, Any]) -> str:

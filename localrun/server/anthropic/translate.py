@@ -3,7 +3,9 @@
 Content blocks map onto the native (OpenAI-shaped) conversation: `text` is content, an assistant's
 `tool_use` blocks are its tool calls, a user's `tool_result` blocks are `tool` messages (before the
 user's own text, since they answer the previous turn), `thinking` is kept as `reasoning_content` for
-templates that render it. Images and documents are refused: no model here has vision.
+templates that render it. `thinking: {type: enabled, budget_tokens}` turns thinking on with a budget;
+the answer's thinking comes back as a `thinking` block before the text. Images and documents are
+refused: no model here has vision.
 """
 
 from __future__ import annotations
@@ -23,9 +25,28 @@ _NATIVE_CHOICE = {"auto": "auto", "any": "required", "none": "none"}
 def generate_request(body: MessagesRequest) -> GenerateRequest:
     params = SamplingParams(max_tokens=body.max_tokens, stop=list(body.stop_sequences or []),
                             speculative=body.speculative, **given(body))
+    think, budget = thinking(body.thinking)
     return GenerateRequest(model=body.model, messages=conversation(body), tools=tools(body.tools),
                            tool_choice=tool_choice(body.tool_choice), json_schema=output_schema(body),
-                           sampling=params, num_ctx=body.num_ctx, keep_alive=body.keep_alive)
+                           sampling=params, num_ctx=body.num_ctx, keep_alive=body.keep_alive,
+                           think=think, reasoning_budget=budget)
+
+
+def thinking(config: dict[str, Any] | None) -> tuple[bool | None, int | None]:
+    """(think, reasoning budget) from `thinking`: enabled with budget_tokens, disabled, or adaptive
+    (thinking on, the model decides how long)."""
+    if config is None:
+        return None, None
+    kind = config.get("type")
+    if kind == "disabled":
+        return False, None
+    if kind == "adaptive":
+        return True, None
+    budget = config.get("budget_tokens")
+    if kind != "enabled" or not isinstance(budget, int) or isinstance(budget, bool) or budget < 1:
+        raise InvalidRequest('thinking: expected {"type": "enabled", "budget_tokens": N >= 1}, '
+                             '{"type": "adaptive"} or {"type": "disabled"}')
+    return True, budget
 
 
 def output_schema(body: MessagesRequest) -> dict[str, Any] | None:
@@ -105,7 +126,7 @@ def system_text(system: str | list[dict[str, Any]] | None) -> str:
 def _messages(message: Message) -> list[dict[str, Any]]:
     if isinstance(message.content, str):
         return [{"role": message.role, "content": message.content}]
-    texts, calls, results, thinking = [], [], [], []
+    texts, calls, results, thoughts = [], [], [], []
     for block in message.content:
         kind = block.get("type")
         if kind == "text":
@@ -118,14 +139,14 @@ def _messages(message: Message) -> list[dict[str, Any]]:
         elif kind == "tool_result" and message.role == "user":
             results.append({"role": "tool", "tool_call_id": block.get("tool_use_id"), "content": _result_text(block)})
         elif kind == "thinking":
-            thinking.append(str(block.get("thinking", "")))
+            thoughts.append(str(block.get("thinking", "")))
         elif kind != "redacted_thinking":
             raise _unsupported(kind)
     own: dict[str, Any] = {"role": message.role, "content": "\n".join(texts)}
     if calls:
         own["tool_calls"] = calls
-    if thinking:
-        own["reasoning_content"] = "\n".join(thinking)
+    if thoughts:
+        own["reasoning_content"] = "\n".join(thoughts)
     return results + ([own] if texts or calls or not results else [])
 
 
@@ -180,10 +201,17 @@ def new_id() -> str:
 
 
 def message(done: Done, model: str) -> dict[str, Any]:
-    text = [{"type": "text", "text": done.text}] if done.text else []
-    content = text + [tool_use(call) for call in done.tool_calls]
+    thought = [thinking_block(done.reasoning)] if done.reasoning else []
+    text = [text_block(done.text)] if done.text else []
+    content = thought + text + [tool_use(call) for call in done.tool_calls]
     return {"id": new_id(), "type": "message", "role": "assistant", "model": model, "content": content,
-            "stop_reason": stop_reason(done), "stop_sequence": stop_sequence(done), "usage": usage(done.timings)}
+            "stop_reason": stop_reason(done), "stop_sequence": stop_sequence(done), "usage": usage(done.timings),
+            "container": None}
+
+
+def thinking_block(text: str) -> dict[str, Any]:
+    """A thinking block; its signature is empty, since a local model's thinking is not signed."""
+    return {"type": "thinking", "thinking": text, "signature": ""}
 
 
 def tool_use(call: Any) -> dict[str, Any]:
@@ -202,7 +230,14 @@ def stop_sequence(done: Done) -> str | None:
     return done.stop_sequence if done.finish_reason == "stop" and not done.tool_calls else None
 
 
-def usage(t: Timings) -> dict[str, int]:
-    """Anthropic counts cached prompt tokens apart: input_tokens are the ones evaluated anew."""
+def usage(t: Timings) -> dict[str, Any]:
+    """Anthropic counts cached prompt tokens apart: input_tokens are the ones evaluated anew. Every
+    member the official reference requires is there: no cache writes are billed here, no server tools run."""
     return {"input_tokens": t.prompt_tokens - t.cached_tokens, "output_tokens": t.generated_tokens,
-            "cache_creation_input_tokens": 0, "cache_read_input_tokens": t.cached_tokens}
+            "cache_creation_input_tokens": 0, "cache_read_input_tokens": t.cached_tokens,
+            "cache_creation": {"ephemeral_1h_input_tokens": 0, "ephemeral_5m_input_tokens": 0},
+            "server_tool_use": None, "service_tier": "standard"}
+
+
+def text_block(text: str) -> dict[str, Any]:
+    return {"type": "text", "text": text, "citations": None}

@@ -33,6 +33,7 @@ class Options(WireModel):
     presence_penalty: float | None = None
     frequency_penalty: float | None = None
     speculative: int | None = Field(None, ge=0, le=MAX_DRAFT, description="localrun: most tokens drafted per step; 0 = off")
+    reasoning_budget: int | None = Field(None, ge=0, lt=2**31, description="localrun: most thinking tokens, then the answer")
 
 
 class _Generation(WireModel):
@@ -43,7 +44,7 @@ class _Generation(WireModel):
     options: Options | None = None
     stream: bool = True
     keep_alive: str | float | None = None
-    think: bool | str | None = None  # accepted; the models served here do not think
+    think: bool | str | None = None  # true/false, or an effort: low | medium | high
 
 
 class GenerateRequest(_Generation):
@@ -62,6 +63,7 @@ class Message(WireModel):
     images: list[str] | None = None
     tool_calls: list[dict[str, Any]] | None = None
     tool_name: str | None = None
+    thinking: str | None = None
 
 
 class ChatRequest(_Generation):

@@ -37,8 +37,8 @@ FOREVER = datetime(2318, 1, 1, tzinfo=timezone.utc)  # what Ollama shows for kee
 PROGRESS_EVERY_S = 0.1
 
 Body = GenerateRequest | ChatRequest
-Piece = Callable[[str, str], dict[str, Any]]
-Final = Callable[[str, Done, int, str], dict[str, Any]]
+Piece = Callable[[str, str, str], dict[str, Any]]
+Final = Callable[[str, Done, int, str, str], dict[str, Any]]
 
 
 def _stream_error(e: LocalrunError) -> str:
@@ -63,11 +63,16 @@ async def version() -> dict[str, str]:
 @router.get("/api/tags")
 async def tags(request: Request) -> dict[str, Any]:
     models = await asyncio.to_thread(request.app.state.store.list)
-    return {"models": [t.tag(m) for m in models]}
+    upstreams = request.app.state.manager.upstreams
+    remote = [t.upstream_tag(m) for m in upstreams.models()] if upstreams else []
+    return {"models": [t.tag(m) for m in models] + remote}
 
 
 @router.post("/api/show")
 async def show(body: ShowRequest, request: Request) -> dict[str, Any]:
+    route = await request.app.state.manager.upstream(body.model)
+    if route is not None:
+        return t.upstream_show(route.model)
     store = request.app.state.store
     model = await asyncio.to_thread(store.resolve, body.model)
     return t.show(model, await asyncio.to_thread(store.show, body.model))
@@ -216,15 +221,15 @@ async def _answer(request: Request, body: Body, translate: Callable[[Any], Nativ
         gen = await generation.start(manager, native, t.OLLAMA_DEFAULTS)
         return ndjson_stream(_lines(gen, body.model, piece, final, started), _stream_error)
     done = (await unless_hung_up(request, generation.collect(manager, native, t.OLLAMA_DEFAULTS))).choices[0]
-    return final(body.model, done, time.perf_counter_ns() - started, done.text)
+    return final(body.model, done, time.perf_counter_ns() - started, done.text, done.reasoning)
 
 
 async def _lines(gen: generation.Generation, model: str, piece: Piece, final: Final,
                  started: int) -> AsyncIterator[str]:
     async for event in gen:
         if isinstance(event, Delta):
-            if event.text:
-                yield ndjson(piece(model, event.text))
+            if event.text or event.reasoning:
+                yield ndjson(piece(model, event.text, event.reasoning))
         else:
             yield ndjson(final(model, event, time.perf_counter_ns() - started, ""))
 

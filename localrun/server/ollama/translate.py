@@ -13,7 +13,8 @@ from typing import Any
 
 from localrun.durations import parse_duration
 from localrun.errors import InvalidRequest
-from localrun.native import Done, GenerateRequest as NativeRequest, Timings
+from localrun.families import family_for
+from localrun.native import Done, GenerateRequest as NativeRequest, Timings, thinking
 from localrun.sampling import SamplingParams, given
 from localrun.server.ollama.protocol import ChatRequest, CreateRequest, GenerateRequest, Message, Options
 from localrun.store import Modelfile, modelfile_of, parse_modelfile, parse_reference
@@ -68,8 +69,11 @@ def chat_request(body: ChatRequest) -> NativeRequest:
 
 def _native(body: GenerateRequest | ChatRequest) -> NativeRequest:
     keep_alive = parse_duration(body.keep_alive) if body.keep_alive is not None else None
+    think, effort = thinking(body.think, "think")
     request = NativeRequest(model=body.model, sampling=sampling(body.options),
-                            num_ctx=body.options.num_ctx if body.options else None, keep_alive=keep_alive)
+                            num_ctx=body.options.num_ctx if body.options else None, keep_alive=keep_alive,
+                            think=think, reasoning_effort=effort,
+                            reasoning_budget=body.options.reasoning_budget if body.options else None)
     if isinstance(body.format, dict):
         request.json_schema = body.format
     elif body.format == "json":
@@ -88,6 +92,8 @@ def _message(message: Message, index: int) -> dict[str, Any]:
         out["tool_calls"] = [_template_call(call, f"call_{index}_{i}") for i, call in enumerate(message.tool_calls)]
     if message.tool_name:
         out["name"] = message.tool_name
+    if message.thinking:
+        out["reasoning_content"] = message.thinking
     return out
 
 
@@ -119,23 +125,24 @@ def ns(ms: float) -> int:
     return int(ms * 1_000_000)
 
 
-def generate_piece(model: str, text: str) -> dict[str, Any]:
-    return {"model": model, "created_at": created_at(), "response": text, "done": False}
+def generate_piece(model: str, text: str, thinking: str = "") -> dict[str, Any]:
+    piece = {"model": model, "created_at": created_at(), "response": text, "done": False}
+    return piece | {"thinking": thinking} if thinking else piece
 
 
-def chat_piece(model: str, text: str) -> dict[str, Any]:
-    return {"model": model, "created_at": created_at(), "message": {"role": "assistant", "content": text},
-            "done": False}
+def chat_piece(model: str, text: str, thinking: str = "") -> dict[str, Any]:
+    message = {"role": "assistant", "content": text} | ({"thinking": thinking} if thinking else {})
+    return {"model": model, "created_at": created_at(), "message": message, "done": False}
 
 
-def generate_final(model: str, done: Done, total_ns: int, text: str) -> dict[str, Any]:
+def generate_final(model: str, done: Done, total_ns: int, text: str, thinking: str = "") -> dict[str, Any]:
     """The last object of /api/generate, with `context` (the conversation's token ids) as Ollama sends it."""
     context = {"context": done.context} if done.context is not None else {}
-    return {**generate_piece(model, text), **final_fields(done, total_ns), **context}
+    return {**generate_piece(model, text, thinking), **final_fields(done, total_ns), **context}
 
 
-def chat_final(model: str, done: Done, total_ns: int, text: str) -> dict[str, Any]:
-    answer = chat_piece(model, text)
+def chat_final(model: str, done: Done, total_ns: int, text: str, thinking: str = "") -> dict[str, Any]:
+    answer = chat_piece(model, text, thinking)
     if done.tool_calls:
         answer["message"]["tool_calls"] = [
             {"id": c.id, "function": {"index": i, "name": c.name, "arguments": c.arguments}}
@@ -180,6 +187,28 @@ def tag(model: Any) -> dict[str, Any]:
     """One entry of /api/tags."""
     return {"name": model.name, "model": model.name, "modified_at": model.modified.isoformat(),
             "size": model.size, "digest": digest_hex(model.digest), "details": details(model)}
+
+
+_NO_DETAILS = {"parent_model": "", "format": "", "family": "", "families": None, "parameter_size": "",
+               "quantization_level": ""}
+
+
+def upstream_tag(model: Any) -> dict[str, Any]:
+    """One /api/tags entry for a model another server answers for, marked as Ollama marks its cloud
+    models (`remote_model`, `remote_host`); `remote_host` names the backend of backends.toml."""
+    return {"name": model.name, "model": model.name, "modified_at": "1970-01-01T00:00:00Z", "size": 0, "digest": "",
+            "details": _NO_DETAILS, **_remote(model)}
+
+
+def upstream_show(model: Any) -> dict[str, Any]:
+    """/api/show for an upstream model: where it lives; its weights and template are the upstream's."""
+    return {"license": "", "modelfile": f"# {model.name} is served by backend {', '.join(model.backends)}\n",
+            "parameters": "", "template": "", "details": _NO_DETAILS, "model_info": {},
+            "capabilities": ["completion", "tools"], "modified_at": "1970-01-01T00:00:00Z", **_remote(model)}
+
+
+def _remote(model: Any) -> dict[str, str]:
+    return {"remote_model": model.upstream_id, "remote_host": f"backend:{','.join(model.backends)}"}
 
 
 def show(model: Any, info: Any) -> dict[str, Any]:
@@ -233,7 +262,11 @@ def _first(*values: str | None) -> str | None:
 def capabilities(info: Any) -> list[str]:
     """What works with the model here: a model with a pooling type only embeds; any other completes,
     calls tools (through its template, else localrun's generic tool prompt) and embeds (/api/embed
-    works with every model). Clients such as Ollama's own refuse tools to a model without "tools"."""
+    works with every model). Clients such as Ollama's own refuse tools to a model without "tools".
+    "thinking" when its family thinks, and "thinking_always" (localrun's) when no switch turns the
+    thinking off (gpt-oss, Magistral, QwQ: `think: false` cannot stop them)."""
     if f"{info.architecture}.pooling_type" in info.metadata:
         return ["embedding"]
-    return ["completion", "tools", "embedding"]
+    family = family_for(info.chat_template, info.architecture)
+    return ["completion", "tools", "embedding", *(["thinking"] if family.thinks else []),
+            *(["thinking_always"] if not family.can_stop_thinking else [])]

@@ -27,16 +27,27 @@ def _stream_error(e: LocalrunError) -> str:
 @router.get("/v1/models")
 async def list_models(request: Request) -> dict[str, Any]:
     models = request.app.state.store.list()
-    return {"object": "list", "data": [_model(m) for m in models]}
+    upstreams = request.app.state.manager.upstreams
+    remote = [_upstream_model(m) for m in upstreams.models()] if upstreams else []
+    return {"object": "list", "data": [_model(m) for m in models] + remote}
 
 
 @router.get("/v1/models/{model_id:path}")
 async def get_model(model_id: str, request: Request) -> dict[str, Any]:
+    route = await request.app.state.manager.upstream(model_id)
+    if route is not None:
+        return _upstream_model(route.model)
     return _model(request.app.state.store.resolve(model_id))
 
 
 def _model(m: Any) -> dict[str, Any]:
     return {"id": m.name, "object": "model", "created": int(m.modified.timestamp()), "owned_by": "localrun"}
+
+
+def _upstream_model(m: Any) -> dict[str, Any]:
+    """A model another server answers for: `owned_by` and `backend` say which backend(s) of backends.toml."""
+    return {"id": m.name, "object": "model", "created": 0, "owned_by": f"backend:{','.join(m.backends)}",
+            "backend": ",".join(m.backends)}
 
 
 @router.post("/v1/chat/completions")
@@ -57,7 +68,10 @@ async def chat_completions(body: ChatCompletionRequest, request: Request) -> Any
 
 
 def _chat_choice(done: Done, logprobs: Any, wanted: bool) -> dict[str, Any]:
-    message: dict[str, Any] = {"role": "assistant", "content": done.text or (None if done.tool_calls else "")}
+    message: dict[str, Any] = {"role": "assistant", "content": done.text or (None if done.tool_calls else ""),
+                               "refusal": None, "annotations": []}
+    if done.reasoning:
+        message["reasoning_content"] = done.reasoning
     if done.tool_calls:
         message["tool_calls"] = t.tool_calls(done)
     return {"index": done.index, "message": message,
@@ -86,18 +100,23 @@ async def _chat_chunks(gen: generation.Generation, model: str, include_usage: bo
     started: set[int] = set()
     completion_tokens, last = 0, None
     async for event in gen:
-        if isinstance(event, Delta) and not event.logprobs and event.index in started:
+        if isinstance(event, Delta) and not event.logprobs and not event.reasoning and event.index in started:
             yield text_chunk(event.index, event.text)  # the common case, rendered cheaply
             continue
         delta: dict[str, Any] = {} if event.index in started else {"role": "assistant", "content": ""}
         started.add(event.index)
         if isinstance(event, Delta):
-            delta["content"] = event.text
+            if event.reasoning:
+                delta["reasoning_content"] = event.reasoning
+            if event.text or not event.reasoning:
+                delta["content"] = event.text
             logprobs = t.chat_logprobs(event.logprobs) if event.logprobs else None
             yield chunk([{"index": event.index, "delta": delta, "logprobs": logprobs, "finish_reason": None}])
             continue
-        if event.tool_calls:
-            delta["tool_calls"] = [{"index": i, **call} for i, call in enumerate(t.tool_calls(event))]
+        for piece in t.tool_call_deltas(event):
+            yield chunk([{"index": event.index, "delta": delta | {"tool_calls": [piece]}, "logprobs": None,
+                          "finish_reason": None}])
+            delta = {}
         completion_tokens += event.timings.generated_tokens
         last = event
         yield chunk([{"index": event.index, "delta": delta, "logprobs": None, "finish_reason": t.finish_reason(event)}])

@@ -8,7 +8,7 @@ import uuid
 from typing import Any
 
 from localrun.errors import InvalidRequest
-from localrun.native import Done, GenerateRequest, TokenLogprob, Usage
+from localrun.native import Done, GenerateRequest, TokenLogprob, Usage, thinking
 from localrun.sampling import SamplingParams, given
 from localrun.server.openai.protocol import ChatCompletionRequest, CompletionRequest, SamplingFields
 
@@ -36,7 +36,9 @@ def chat_request(body: ChatCompletionRequest) -> GenerateRequest:
         sampling=sampling(body, max_tokens, (body.top_logprobs or 0) if body.logprobs else None),
         n=body.n, num_ctx=body.num_ctx, keep_alive=body.keep_alive,
         tools=[tool_definition(t) for t in body.tools] if body.tools else None, tool_choice=_tool_choice(body.tool_choice),
+        reasoning_budget=body.reasoning_budget,
     )
+    request.think, request.reasoning_effort = _thinking(body)
     fmt = body.response_format
     if fmt is not None and fmt.type == "json_object":
         request.json_mode = True
@@ -46,6 +48,15 @@ def chat_request(body: ChatCompletionRequest) -> GenerateRequest:
             raise InvalidRequest("response_format.json_schema.schema must be a JSON schema object")
         request.json_schema = schema
     return request
+
+
+def _thinking(body: ChatCompletionRequest) -> tuple[bool | None, str | None]:
+    """reasoning_effort, or llama-server's chat_template_kwargs (enable_thinking, reasoning_effort)."""
+    kwargs = body.chat_template_kwargs or {}
+    effort = body.reasoning_effort or kwargs.get("reasoning_effort")
+    think, effort = thinking(effort, "reasoning_effort")
+    switch = kwargs.get("enable_thinking")
+    return (switch if isinstance(switch, bool) else think), effort
 
 
 def completion_request(body: CompletionRequest) -> GenerateRequest:
@@ -77,11 +88,13 @@ def normalize_message(message: dict[str, Any], where: str = "messages") -> dict[
         if not isinstance(calls, list):
             raise InvalidRequest(f"{where}.tool_calls must be a list of calls")
         out["tool_calls"] = [_template_call(call, f"{where}.tool_calls[{i}]") for i, call in enumerate(calls)]
-    for key in ("tool_call_id", "name"):
+    for key in ("tool_call_id", "name", "reasoning_content"):
         if message.get(key):
             if not isinstance(message[key], str):
                 raise InvalidRequest(f"{where}.{key} must be a string")
             out[key] = message[key]
+    if role == "assistant" and isinstance(message.get("reasoning"), str) and "reasoning_content" not in out:
+        out["reasoning_content"] = message["reasoning"]  # OpenRouter's name for it
     return out
 
 
@@ -155,12 +168,24 @@ def tool_calls(done: Done) -> list[dict[str, Any]]:
             for c in done.tool_calls]
 
 
+def tool_call_deltas(done: Done) -> list[dict[str, Any]]:
+    """A stream's tool calls as OpenAI sends them: each call opens with its own index, id and name,
+    then its arguments follow as a delta (clients concatenate them per index)."""
+    out = []
+    for index, call in enumerate(tool_calls(done)):
+        function = call["function"]
+        out.append({"index": index, "id": call["id"], "type": "function",
+                    "function": {"name": function["name"], "arguments": ""}})
+        out.append({"index": index, "function": {"arguments": function["arguments"]}})
+    return out
+
+
 def chat_logprobs(items: list[TokenLogprob]) -> dict[str, Any]:
     def entry(token: str, logprob: float, raw: list[int] | None = None) -> dict[str, Any]:
         return {"token": token, "logprob": logprob, "bytes": list(token.encode()) if raw is None else raw}
 
-    return {"content": [{**entry(i.token, i.logprob, i.raw), "top_logprobs": [entry(t, lp) for t, lp in i.top]}
-                        for i in items]}
+    return {"content": [{**entry(i.token, i.logprob, i.raw), "top_logprobs": [entry(*alt) for alt in i.top]}
+                        for i in items], "refusal": None}
 
 
 def completion_logprobs(items: list[TokenLogprob], offset: int = 0) -> dict[str, Any]:
@@ -169,7 +194,8 @@ def completion_logprobs(items: list[TokenLogprob], offset: int = 0) -> dict[str,
         offsets.append(position)
         position += len(item.token)
     return {"tokens": [i.token for i in items], "token_logprobs": [i.logprob for i in items],
-            "top_logprobs": [dict(i.top) if i.logprob is not None else None for i in items], "text_offset": offsets}
+            "top_logprobs": [{alt[0]: alt[1] for alt in i.top} if i.logprob is not None else None for i in items],
+            "text_offset": offsets}
 
 
 def finish_reason(done: Done) -> str:

@@ -1,9 +1,13 @@
-"""Tool calls out of generated text, for the formats models are trained on.
+"""Tool calls written as JSON, the formats most families are trained on.
 
     Hermes / Qwen   <tool_call>{"name": "f", "arguments": {...}}</tool_call>   (the closing tag may be missing)
     Mistral         [TOOL_CALLS][{"name": "f", "arguments": {...}}, ...]   or   [TOOL_CALLS]f[ARGS]{...}
-    Llama 3 JSON    {"name": "f", "parameters": {...}}             at the start of the output
+    Granite         <|tool_call|>[{"name": "f", "arguments": {...}}]
+    Llama 3 JSON    {"name": "f", "parameters": {...}} at the start, or after <|python_tag|>
+    Command R       Action: ```json [{"tool_name": "f", "parameters": {...}}] ```
     plain JSON      {"name": "f", "arguments": {...}} or a list of such objects, at the start of the output
+
+A family names the markers it writes (`markers`); without them all the common ones count.
 
 Marked calls are found anywhere; bare JSON only at the very start of the output (that is where models
 put it, and it is what `stream.CallHoldback` holds back) and only when it names a known tool.
@@ -21,9 +25,11 @@ from localrun.native import ToolCall
 
 HERMES_OPEN, HERMES_CLOSE = "<tool_call>", "</tool_call>"
 MISTRAL_OPEN, MISTRAL_ARGS = "[TOOL_CALLS]", "[ARGS]"
+GRANITE_OPEN, PYTHON_TAG = "<|tool_call|>", "<|python_tag|>"
+COMMAND_R_OPEN, COMMAND_R7B_OPEN = "Action: ```json", "<|START_ACTION|>"
 MARKERS = (HERMES_OPEN, MISTRAL_OPEN)
+_CLOSERS = {HERMES_OPEN: HERMES_CLOSE, COMMAND_R_OPEN: "```", COMMAND_R7B_OPEN: "<|END_ACTION|>"}
 
-_MARKER = re.compile("|".join(re.escape(m) for m in MARKERS))
 _MISTRAL_NAME = re.compile(r"\s*([A-Za-z0-9_.:-]+)" + re.escape(MISTRAL_ARGS))
 _DECODER = json.JSONDecoder()
 
@@ -32,11 +38,13 @@ def new_call_id() -> str:
     return f"call_{uuid.uuid4().hex[:24]}"
 
 
-def parse_tool_calls(text: str, names: Collection[str] | None = None) -> tuple[str, list[ToolCall]]:
+def parse_tool_calls(text: str, names: Collection[str] | None = None,
+                     markers: tuple[str, ...] = MARKERS) -> tuple[str, list[ToolCall]]:
     """(the text without the calls, the calls). Without calls the text comes back unchanged."""
     calls, pos = _bare_calls(text, names)
     kept: list[str] = []
-    while match := _MARKER.search(text, pos):
+    pattern = re.compile("|".join(re.escape(m) for m in markers))
+    while match := pattern.search(text, pos):
         kept.append(text[pos:match.start()])
         end, found = _marked(text, match)
         if not found:
@@ -47,11 +55,12 @@ def parse_tool_calls(text: str, names: Collection[str] | None = None) -> tuple[s
     return ("".join(kept).strip(), calls) if calls else (text, [])
 
 
-def unfinished_call_cut(text: str) -> str:
-    """The text before the first call marker left in it: what follows a marker that did not parse as a
-    call is a call cut off (by max_tokens, a stop string), whose raw markup must never reach a client."""
-    found = _MARKER.search(text)
-    return text[:found.start()].rstrip() if found else text
+def unfinished_call_cut(text: str, markers: tuple[str, ...] = MARKERS) -> str:
+    """The text before the first call marker left in it: in an answer cut off (by max_tokens, a stop
+    string), what follows a marker that did not parse is a call cut short, whose raw markup must never
+    reach a client. (A complete answer keeps a malformed call as text instead.)"""
+    found = [at for at in (text.find(marker) for marker in markers) if at >= 0]
+    return text[:min(found)].rstrip() if found else text
 
 
 def _bare_calls(text: str, names: Collection[str] | None) -> tuple[list[ToolCall], int]:
@@ -78,9 +87,9 @@ def _marked(text: str, match: re.Match[str]) -> tuple[int, list[ToolCall]]:
         found = _calls(value)
     if not found:
         return match.end(), []
-    if match.group() == HERMES_OPEN:
+    if closer := _CLOSERS.get(match.group()):
         close = _skip(text, end, " \t\r\n")
-        end = close + len(HERMES_CLOSE) if text.startswith(HERMES_CLOSE, close) else end
+        end = close + len(closer) if text.startswith(closer, close) else end
     return end, found
 
 
@@ -103,6 +112,8 @@ def _calls(value: Any) -> list[ToolCall]:
 def _call(item: Any) -> ToolCall | None:
     if isinstance(item, dict) and isinstance(item.get("function"), dict):
         item = item["function"]  # OpenAI's {"type": "function", "function": {...}}
+    if isinstance(item, dict) and "tool_name" in item:  # Command R
+        item = {"name": item["tool_name"], "arguments": item.get("parameters", {})}
     if not isinstance(item, dict) or not isinstance(item.get("name"), str) or not item["name"]:
         return None
     arguments = item.get("arguments", item.get("parameters", {}))
@@ -119,4 +130,5 @@ def _skip(text: str, pos: int, chars: str) -> int:
     return pos
 
 
-__all__ = ["MARKERS", "new_call_id", "parse_tool_calls", "unfinished_call_cut"]
+__all__ = ["COMMAND_R7B_OPEN", "COMMAND_R_OPEN", "GRANITE_OPEN", "HERMES_CLOSE", "HERMES_OPEN", "MARKERS",
+           "MISTRAL_OPEN", "PYTHON_TAG", "new_call_id", "parse_tool_calls", "unfinished_call_cut"]
