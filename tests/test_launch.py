@@ -49,7 +49,7 @@ def test_launch_execs_claude_pointed_at_the_daemon(daemon, tmp_path):
 
 def test_a_model_that_cannot_hold_claude_codes_prompt_is_refused_before_claude_starts(daemon, tmp_path):
     record = tmp_path / "record.json"
-    fake_claude(tmp_path / "bin", record)
+    fake_program(tmp_path / "bin", "claude", record)
     env = {**daemon.env(), "PATH": f"{tmp_path / 'bin'}:{os.environ['PATH']}"}
     result = run_cli("launch", "claude", "smollm2", env=env)
     assert result.returncode == 2 and not record.exists()
