@@ -276,7 +276,11 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("LOCALRUN_MAX_RESPONSES", "256", "Responses API: most earlier responses kept in memory for "
                                               "previous_response_id (the oldest is forgotten first).", COUNT),
     _engine("LOCALRUN_PARALLEL", "parallel", "Sequence slots per model (concurrent requests batched together)."),
-    _engine("LOCALRUN_CTX_SIZE", "ctx_size", "Context length per slot, in tokens."),
+    Setting("LOCALRUN_CTX_SIZE", "auto", "Context length per slot, in tokens, for models whose Modelfile sets no "
+                                         "num_ctx; auto = the model's trained length, as far as the memory budget "
+                                         "and LOCALRUN_MAX_CTX allow.", _whole(8, words={"auto": None})),
+    Setting("LOCALRUN_MAX_CTX", "0", "Ceiling for the automatic context per slot (0 = none: the trained length "
+                                     "and the memory budget decide).", _whole(0)),
     _engine("LOCALRUN_BATCH_SIZE", "batch_size", "Most tokens evaluated in one engine step (decode + prefill chunks)."),
     _engine("LOCALRUN_THREADS", "threads", "CPU threads for decoding; auto picks from the cores and measured load."),
     _engine("LOCALRUN_FLASH_ATTN", "flash_attn", "Flash attention: on, off or auto."),
@@ -336,6 +340,8 @@ class Settings:
     max_messages: int
     max_tokens: int
     max_inputs: int
+    ctx_size: int | None  # per slot, for models that choose none; None = auto (localrun.memory.default_context)
+    max_ctx: int  # ceiling of the automatic context; 0 = none
     max_responses: int
     engine: EngineSettings
     shutdown_timeout: float  # seconds requests in flight may take to finish when the daemon stops
@@ -352,8 +358,10 @@ class Settings:
         def get(env: str) -> Any:
             return read(env, environ, flags.get(env, ("", None)))
 
-        engine = EngineSettings(
-            parallel=get("LOCALRUN_PARALLEL"), ctx_size=get("LOCALRUN_CTX_SIZE"), batch_size=get("LOCALRUN_BATCH_SIZE"),
+        ctx_size = get("LOCALRUN_CTX_SIZE")
+        engine = EngineSettings(  # ctx_size: the manager picks each load's (server/manager.py)
+            parallel=get("LOCALRUN_PARALLEL"), ctx_size=ctx_size or _ENGINE.ctx_size,
+            batch_size=get("LOCALRUN_BATCH_SIZE"),
             threads=get("LOCALRUN_THREADS"), flash_attn=get("LOCALRUN_FLASH_ATTN"),
             kv_cache_type=get("LOCALRUN_KV_CACHE_TYPE"), gpu_layers=get("LOCALRUN_GPU_LAYERS"),
             speculative=get("LOCALRUN_SPECULATIVE"), rpc=get("LOCALRUN_RPC"),
@@ -364,7 +372,7 @@ class Settings:
             max_loaded_models=get("LOCALRUN_MAX_LOADED_MODELS"), memory_budget=get("LOCALRUN_MEMORY_BUDGET"),
             max_queue=get("LOCALRUN_MAX_QUEUE"), max_body=get("LOCALRUN_MAX_BODY"),
             max_messages=get("LOCALRUN_MAX_MESSAGES"), max_tokens=get("LOCALRUN_MAX_TOKENS"),
-            max_inputs=get("LOCALRUN_MAX_INPUTS"),
+            max_inputs=get("LOCALRUN_MAX_INPUTS"), ctx_size=ctx_size, max_ctx=get("LOCALRUN_MAX_CTX"),
             max_responses=get("LOCALRUN_MAX_RESPONSES"), engine=engine, shutdown_timeout=get("LOCALRUN_SHUTDOWN_TIMEOUT"),
             ui=get("LOCALRUN_UI"), debug=get("LOCALRUN_DEBUG"),
         )

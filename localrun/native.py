@@ -24,6 +24,7 @@ class GenerateRequest:
     model: str
     messages: list[dict[str, Any]] | None = None  # chat: OpenAI-shaped messages, content as text
     prompt: str | None = None  # completion: used as is, no chat template
+    template: str | None = None  # chat: a Jinja chat template to use instead of the model's own (Modelfile TEMPLATE)
     tools: list[dict[str, Any]] | None = None  # [{"name", "description", "parameters": JSON schema}]
     tool_choice: str | dict[str, Any] | None = None  # "none" | "auto" | "required" | {"name": ...}
     json_schema: dict[str, Any] | None = None  # the output must validate against it

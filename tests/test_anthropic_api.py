@@ -212,7 +212,7 @@ def test_errors_use_anthropics_envelope(daemon, client):
     response = _post(daemon, {"model": MODEL, "max_tokens": 5, "messages": [{"role": "user", "content": [image]}]})
     assert _error_type(response) == (400, "invalid_request_error") and "vision" in response.json()["error"]["message"]
     with pytest.raises(anthropic.BadRequestError, match="context"):
-        client.messages.create(model=MODEL, max_tokens=5, messages=ask("hello " * 5000))
+        client.messages.create(model=MODEL, max_tokens=5, messages=ask("hello " * 9000))  # over its trained 8192
     with pytest.raises(anthropic.NotFoundError):
         client.messages.count_tokens(model="no-such-model", messages=ask("hi"))
 

@@ -3,11 +3,13 @@ settings, then llama.cpp's. Table-tested from plain data; the server step is in 
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import pytest
 
 from localrun.native import GenerateRequest
-from localrun.sampling import SamplingParams
-from localrun.server.defaults import context_size, with_model_defaults
+from localrun.sampling import LLAMA_CPP, SamplingParams
+from localrun.server.defaults import context_size, for_model, with_model_defaults
 from localrun.server.ollama.translate import chat_request
 from localrun.server.ollama.protocol import ChatRequest
 from localrun.server.openai.protocol import ChatCompletionRequest
@@ -29,17 +31,46 @@ def test_the_request_wins_then_the_model(given, expected):
 
 def test_what_neither_sets_is_left_to_the_server_and_llama_cpp():
     request = GenerateRequest(model="m", prompt="hi")
-    assert with_model_defaults(request, {}) is request
+    out = with_model_defaults(request, {})
+    assert (out.num_ctx, out.sampling.seed, out.sampling.max_tokens, out.sampling.speculative) == (None,) * 4
+    assert {k: getattr(out.sampling, k) for k in LLAMA_CPP} == LLAMA_CPP
     assert context_size(None, {}) is None and context_size(None, {"num_ctx": 1024}) == 1024
     assert context_size(2048, {"num_ctx": 1024}) == 2048
     assert with_model_defaults(request, {"num_ctx": 1024}).num_ctx == 1024
     assert with_model_defaults(request, {"num_predict": -1}).sampling.max_tokens is None  # Ollama: no limit
 
 
+@pytest.mark.parametrize("given, model, api, expected", [
+    ({}, {}, {}, LLAMA_CPP["temperature"]),  # nobody sets it: llama.cpp's
+    ({}, {}, {"temperature": 0.6}, 0.6),  # the dialect's documented default
+    ({}, {"temperature": 0.2}, {"temperature": 0.6}, 0.2),  # the model's beats the dialect's
+    ({"temperature": 0.0}, {"temperature": 0.2}, {"temperature": 0.6}, 0.0),  # the request's beats all, 0 included
+])
+def test_sampling_knobs_take_the_request_then_the_model_then_the_dialect_then_llama_cpp(given, model, api, expected):
+    request = GenerateRequest(model="m", prompt="hi", sampling=SamplingParams(**given))
+    assert with_model_defaults(request, model, api).sampling.temperature == expected
+
+
+def _model(**fields):
+    return SimpleNamespace(**{"defaults": {}, "system": "", "messages": [], "template": "", **fields})
+
+
+def test_a_models_system_prompt_messages_and_template_come_before_the_requests_turns():
+    model = _model(system="be brief", messages=[{"role": "user", "content": "2+2?"}, {"role": "assistant", "content": "4"}],
+                   template="{{ messages }}")
+    out = for_model(GenerateRequest(model="m", messages=[{"role": "user", "content": "hi"}]), model)
+    assert [m["content"] for m in out.messages] == ["be brief", "2+2?", "4", "hi"] and out.template == "{{ messages }}"
+    own = for_model(GenerateRequest(model="m", messages=[{"role": "system", "content": "mine"},
+                                                         {"role": "user", "content": "hi"}]), model)
+    assert [m["content"] for m in own.messages] == ["mine", "2+2?", "4", "hi"]  # its own system prompt wins
+    raw = GenerateRequest(model="m", prompt="as is")
+    assert for_model(raw, model).prompt == "as is" and for_model(raw, model).messages is None
+
+
 def test_every_dialects_request_passes_the_same_precedence():
     """The dialects translate; the model step is the same for each of them."""
     messages = [{"role": "user", "content": "hi"}]
-    ollama = chat_request(ChatRequest(model="m", messages=messages), 4096)
+    ollama = chat_request(ChatRequest(model="m", messages=messages))
     openai = openai_chat_request(ChatCompletionRequest(model="m", messages=messages))
     for request in (ollama, openai):
         out = with_model_defaults(request, MODEL)

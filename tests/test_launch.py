@@ -10,7 +10,10 @@ import subprocess
 import sys
 from pathlib import Path
 
-from localrun.cli.launch_commands import claude_env, exports
+import httpx
+import pytest
+
+from localrun.cli.launch_commands import claude_env, exports, window_env
 from tests.cli import run_cli
 
 TIERS = ("ANTHROPIC_MODEL", "ANTHROPIC_SMALL_FAST_MODEL", "ANTHROPIC_DEFAULT_OPUS_MODEL",
@@ -29,7 +32,7 @@ def test_launch_execs_claude_pointed_at_the_daemon(daemon, tmp_path):
     record = tmp_path / "record.json"
     fake_program(tmp_path / "bin", "claude", record)
     env = {**daemon.env(), "PATH": f"{tmp_path / 'bin'}:{os.environ['PATH']}", "ANTHROPIC_API_KEY": "sk-real"}
-    result = run_cli("launch", "claude", "smollm2", "--", "-p", "hello there", env=env)
+    result = run_cli("launch", "claude", "smollm2", "--min-context", "8192", "--", "-p", "hello there", env=env)
     assert result.returncode == 0, result.stderr
     seen = json.loads(record.read_text())
     assert seen["argv"] == ["-p", "hello there"]
@@ -39,10 +42,38 @@ def test_launch_execs_claude_pointed_at_the_daemon(daemon, tmp_path):
     assert {got[name] for name in TIERS} == {"smollm2:135m"}
     assert got["CLAUDE_CODE_ATTRIBUTION_HEADER"] == "0"
     assert got["LOCALRUN_HOME"] == str(daemon.home)  # the rest of the environment is kept
+    # loaded with all SmolLM2 was trained for, and Claude Code is told so
+    assert [m["context_length"] for m in httpx.get(f"{daemon.url}/api/ps", timeout=10).json()["models"]] == [8192]
+    assert got["CLAUDE_CODE_AUTO_COMPACT_WINDOW"] == "100000" and got["CLAUDE_AUTOCOMPACT_PCT_OVERRIDE"] == "6.98"
+
+
+def test_a_model_that_cannot_hold_claude_codes_prompt_is_refused_before_claude_starts(daemon, tmp_path):
+    record = tmp_path / "record.json"
+    fake_program(tmp_path / "bin", "claude", record)
+    env = {**daemon.env(), "PATH": f"{tmp_path / 'bin'}:{os.environ['PATH']}"}
+    result = run_cli("launch", "claude", "smollm2", env=env)
+    assert result.returncode == 2 and not record.exists()
+    assert result.stderr.startswith("error: smollm2:135m holds 8192 tokens per request (its trained length), but "
+                                    "Claude Code needs about 32768"), result.stderr
+    assert "README" in result.stderr and "--min-context" in result.stderr
+
+
+@pytest.mark.parametrize("window, threshold", [(32768, 27648), (65536, 55296), (8192, 6912)])
+def test_claude_code_is_told_a_window_under_100k_through_the_compaction_percentage(window, threshold):
+    """Claude Code 2.1.328 compacts at min(W * pct / 100, W - 13000) tokens, W = max(window, 100k) less
+    the output limit (at most 20000): the percentage puts that a little under window - output."""
+    env = window_env(window)
+    output = int(env["CLAUDE_CODE_MAX_OUTPUT_TOKENS"])
+    w = int(env["CLAUDE_CODE_AUTO_COMPACT_WINDOW"]) - min(output, 20000)
+    compacts_at = min(w * float(env["CLAUDE_AUTOCOMPACT_PCT_OVERRIDE"]) // 100, w - 13000)
+    assert threshold - 16 <= compacts_at <= threshold and compacts_at + output <= window
+    big = window_env(131072)
+    assert big["CLAUDE_CODE_AUTO_COMPACT_WINDOW"] == "131072" and "CLAUDE_AUTOCOMPACT_PCT_OVERRIDE" not in big
 
 
 def test_print_writes_exports_a_shell_can_eval(daemon):
-    result = run_cli("launch", "claude", "smollm2", "--print", env={**daemon.env(), "LOCALRUN_API_KEY": "k1,k2"})
+    result = run_cli("launch", "claude", "smollm2", "--print", "--ctx", "8192", "--min-context", "8192",
+                     env={**daemon.env(), "LOCALRUN_API_KEY": "k1,k2"})
     assert result.returncode == 0, result.stderr
     shell = subprocess.run(["sh", "-c", result.stdout + 'printf "%s|%s|%s" "$ANTHROPIC_BASE_URL" '
                                                         '"$ANTHROPIC_AUTH_TOKEN" "$ANTHROPIC_DEFAULT_HAIKU_MODEL"'],
@@ -54,7 +85,8 @@ def test_without_claude_installed_it_prints_the_exports_and_says_how_to_install(
     empty = tmp_path / "empty"
     empty.mkdir()
     env = {**daemon.env(), "PATH": str(empty)}
-    result = subprocess.run([sys.executable, "-m", "localrun", "launch", "claude", "smollm2"], env=env,
+    result = subprocess.run([sys.executable, "-m", "localrun", "launch", "claude", "smollm2", "--min-context", "8192"],
+                            env=env,
                             capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr
     assert "claude is not installed" in result.stderr and "npm install" in result.stderr

@@ -12,9 +12,10 @@ from pathlib import Path
 import pytest
 
 from localrun.config import EngineSettings, Settings
-from localrun.errors import LoadCrashed, ModelLoadError, ModelNotFound, Overloaded
+from localrun.errors import InvalidRequest, LoadCrashed, ModelLoadError, ModelNotFound, Overloaded
 from localrun.server.manager import ModelManager
-from localrun.server.memory import estimate_bytes
+from localrun.memory import default_context, estimate_bytes
+from localrun.store import Facts
 from localrun.sizes import parse_size
 from localrun.store.ggufinfo import kv_bytes_per_token
 
@@ -207,6 +208,43 @@ def test_a_models_default_context_applies_unless_the_request_names_one():
     run(main())
 
 
+MIB = 2**20
+
+
+@pytest.mark.parametrize("trained, budget, ceiling, expected", [
+    (8192, 0, 0, (8192, "its trained length")),  # no budget known: the trained length
+    (8192, 2**31, 0, (8192, "its trained length")),
+    (131072, 2**30, 0, (7680, "the memory budget (LOCALRUN_MEMORY_BUDGET)")),  # (1 GiB - 100 MiB) / 4 slots / 30 KiB
+    (131072, 2**30, 4096, (4096, "LOCALRUN_MAX_CTX")),
+    (8192, 50 * MIB, 0, (256, "the memory budget (LOCALRUN_MEMORY_BUDGET)")),  # the weights alone do not fit
+    (0, 2**30, 0, (4096, "its trained length is unknown")),
+])
+def test_the_automatic_context_is_the_trained_length_within_the_memory_budget_and_the_ceiling(
+        trained, budget, ceiling, expected):
+    options = EngineSettings(parallel=4)
+    assert default_context(trained, 30 * 1024, 100 * MIB, options, budget, ceiling) == expected
+
+
+def test_a_model_loads_with_its_trained_context_unless_memory_or_a_setting_says_less():
+    async def main():
+        m, spawned = manager(ctx_size="auto", memory_budget="64MiB", max_ctx=0)
+        for name, trained in (("a", 2048), ("b", 65536)):
+            m.store.models[name].facts = Facts(context_length=trained, kv_bytes_per_token=1024)
+        await use(m, "a", "b")
+        assert [x.options.ctx_size for x in spawned] == [2048, 65280]  # b: (64 MiB - 1000 B) / 1 KiB, in 256s
+        with pytest.raises(InvalidRequest, match=r"b cannot be loaded: .* KV cache \(65536 tokens x 1 slots, f16\) "
+                                                 r"do not fit the memory budget of 0.1 GiB"):
+            async with m.lease("b", num_ctx=65536):
+                pass
+        await m.close()
+        m, spawned = manager(ctx_size="auto", max_ctx=1024)
+        m.store.models["a"].facts = Facts(context_length=2048, kv_bytes_per_token=1024)
+        await use(m, "a")
+        assert spawned[0].options.ctx_size == 1024
+        await m.close()
+    run(main())
+
+
 def test_memory_budget_evicts_to_fit():
     async def main():
         m, spawned = manager(memory_budget="1500", max_loaded_models=5)
@@ -314,7 +352,7 @@ def test_a_load_that_crashes_is_retried_once_in_safe_mode_and_remembered():
             assert [o.safe_mode for o in starts] == [False, True] and loaded.options.safe_mode
         await m.close()
         later, _ = manager()  # a daemon started afterwards, same home
-        assert later.safe_mode.needed and later.options(None).safe_mode
+        assert later.safe_mode.needed and later.options(later.store.models["a"], None).safe_mode
         assert "SIGILL" in later.safe_mode.reason
     run(main())
 

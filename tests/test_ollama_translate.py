@@ -11,17 +11,19 @@ from pydantic import ValidationError
 
 from localrun.errors import InvalidRequest
 from localrun.native import Done, Timings, ToolCall
+from localrun.server.defaults import with_model_defaults
 from localrun.server.ollama import translate as t
 from localrun.server.ollama.protocol import ChatRequest, GenerateRequest, ModelRequest, Options
 from localrun.server.vectors import as_base64, shortened
 
-CTX = 4096
 
 
-def test_sampling_uses_ollama_defaults_when_options_are_absent():
-    p = t.sampling(None, CTX)
-    assert (p.temperature, p.top_k, p.top_p, p.min_p, p.repeat_penalty, p.repeat_last_n) == (0.8, 40, 0.9, 0.0, 1.1, 64)
-    assert p.seed is None and p.max_tokens is None and p.stop == []
+def test_absent_options_stay_unset_and_ollamas_defaults_fill_them_after_the_models():
+    p = t.sampling(None)
+    assert (p.temperature, p.top_p, p.repeat_penalty, p.seed, p.max_tokens, p.stop) == (None, None, None, None, None, [])
+    request = t.chat_request(ChatRequest(model="m", messages=[{"role": "user", "content": "x"}]))
+    p = with_model_defaults(request, {"top_p": 0.5}, t.OLLAMA_DEFAULTS).sampling
+    assert (p.temperature, p.top_k, p.top_p, p.min_p, p.repeat_penalty, p.repeat_last_n) == (0.8, 40, 0.5, 0.0, 1.1, 64)
 
 
 @pytest.mark.parametrize("options, field, expected", [
@@ -40,13 +42,12 @@ def test_sampling_uses_ollama_defaults_when_options_are_absent():
     ({"num_predict": -1}, "max_tokens", None),  # until the end
     ({"num_predict": -2}, "max_tokens", None),  # fill the context
     ({"repeat_last_n": 0}, "repeat_last_n", 0),
-    ({"repeat_last_n": -1}, "repeat_last_n", CTX),  # the whole context
-    ({"repeat_last_n": -1, "num_ctx": 512}, "repeat_last_n", 512),
+    ({"repeat_last_n": -1}, "repeat_last_n", -1),  # the whole context: the engine knows its length
     ({"stop": ["\n", "User:"]}, "stop", ["\n", "User:"]),
-    ({"mirostat": 2, "num_gpu": 99, "numa": True}, "temperature", 0.8),  # unknown options are ignored
+    ({"mirostat": 2, "num_gpu": 99, "numa": True}, "temperature", None),  # unknown options are ignored
 ])
 def test_options_map_onto_sampling(options, field, expected):
-    assert getattr(t.sampling(Options(**options), CTX), field) == expected
+    assert getattr(t.sampling(Options(**options)), field) == expected
 
 
 @pytest.mark.parametrize("options", [{"temperature": -1}, {"top_p": 1.5}, {"num_ctx": 0}, {"num_predict": -3},
@@ -58,13 +59,13 @@ def test_out_of_range_options_are_refused(options):
 
 def test_generate_puts_system_and_prompt_through_the_chat_template():
     r = t.generate_request(GenerateRequest(model="m", prompt="hi", system="be brief", keep_alive="1m",
-                                           options={"num_ctx": 1024}), CTX)
+                                           options={"num_ctx": 1024}))
     assert r.messages == [{"role": "system", "content": "be brief"}, {"role": "user", "content": "hi"}]
     assert r.prompt is None and r.num_ctx == 1024 and r.keep_alive == 60.0
 
 
 def test_raw_generate_uses_the_prompt_as_is():
-    r = t.generate_request(GenerateRequest(model="m", prompt="<|im_start|>user", raw=True, system="ignored"), CTX)
+    r = t.generate_request(GenerateRequest(model="m", prompt="<|im_start|>user", raw=True, system="ignored"))
     assert r.prompt == "<|im_start|>user" and r.messages is None
 
 
@@ -75,7 +76,7 @@ def test_raw_generate_uses_the_prompt_as_is():
     (None, False, None),
 ])
 def test_format(fmt, mode, schema):
-    r = t.generate_request(GenerateRequest(model="m", prompt="x", format=fmt), CTX)
+    r = t.generate_request(GenerateRequest(model="m", prompt="x", format=fmt))
     assert (r.json_mode, r.json_schema) == (mode, schema)
 
 
@@ -87,7 +88,7 @@ def test_format(fmt, mode, schema):
 ])
 def test_refused_generate_fields(body, words):
     with pytest.raises(InvalidRequest, match=words):
-        t.generate_request(GenerateRequest(model="m", prompt="x", **body), CTX)
+        t.generate_request(GenerateRequest(model="m", prompt="x", **body))
 
 
 def test_chat_maps_tools_and_tool_messages_into_the_native_shape():
@@ -99,7 +100,7 @@ def test_chat_maps_tools_and_tool_messages_into_the_native_shape():
          "tool_calls": [{"function": {"name": "weather", "arguments": {"city": "Oslo"}}}]},
         {"role": "tool", "content": "cold", "tool_name": "weather"},
     ])
-    r = t.chat_request(body, CTX)
+    r = t.chat_request(body)
     assert r.tools == [{"name": "weather", "description": "d", "parameters": parameters}]
     assert r.messages[1] == {"role": "assistant", "content": "", "tool_calls": [
         {"id": "call_1_0", "type": "function", "function": {"name": "weather", "arguments": {"city": "Oslo"}}}]}
@@ -113,12 +114,12 @@ def test_chat_maps_tools_and_tool_messages_into_the_native_shape():
 ])
 def test_refused_chat_messages(message, words):
     with pytest.raises(InvalidRequest, match=words):
-        t.chat_request(ChatRequest(model="m", messages=[message]), CTX)
+        t.chat_request(ChatRequest(model="m", messages=[message]))
 
 
 def test_bad_tool_is_refused():
     with pytest.raises(InvalidRequest, match="tools"):
-        t.chat_request(ChatRequest(model="m", messages=[{"role": "user", "content": "x"}], tools=[{"type": "x"}]), CTX)
+        t.chat_request(ChatRequest(model="m", messages=[{"role": "user", "content": "x"}], tools=[{"type": "x"}]))
 
 
 def test_final_chat_object_carries_tool_calls_as_objects_and_nanoseconds():

@@ -1,9 +1,9 @@
-"""Model-store commands: pull, list, show, rm, cp. They work without a daemon.
+"""Model-store commands: pull, list, show, rm, cp, create. They work without a daemon.
 
 `rm` goes through this home's daemon when it runs, so a loaded model is unloaded as well. When `--host`
 or LOCALRUN_HOST names a server that has a store of its own (see cli/targets.py), every one of them acts
 on that store through the Ollama API the server speaks (/api/pull, /api/tags, /api/show, /api/delete,
-/api/copy), and prints what the server says in the same format as for this home's store.
+/api/copy, /api/create), and prints what the server says in the same format as for this home's store.
 
 Output rules: results go to stdout, progress and errors to stderr. A progress bar only when stderr
 is a terminal (no bar, no ANSI on a pipe or with --quiet, just the final line); --json gives one
@@ -119,22 +119,26 @@ def show(
     template: bool = typer.Option(False, "--template", help="Print only the chat template."),
     license_: bool = typer.Option(False, "--license", help="Print only the license."),
     metadata: bool = typer.Option(False, "--metadata", help="Print the raw GGUF key/values."),
+    modelfile: bool = typer.Option(False, "--modelfile", help="Print a Modelfile that `create` makes this model from."),
     host: Optional[str] = typer.Option(None, "--host", help=SERVER_HELP),
 ) -> None:
-    """Show a model's facts read from its GGUF header: architecture, size, context, template, tokens."""
+    """Show a model's facts read from its GGUF header (architecture, size, context, template, tokens) and
+    what its Modelfile set (parameters, system prompt)."""
     server = _server(host)
     if server is not None:
-        return _show_on_server(server, model, as_json, template, license_, metadata)
-    from localrun.store import Store
+        return _show_on_server(server, model, as_json, template, license_, metadata, modelfile)
+    from localrun.store import Store, modelfile_of
 
     store = Store()
     resolved, info = store.resolve(model), store.show(model)
     if as_json:
         print_json({**resolved.to_dict(), **info.to_dict()})
+    elif modelfile:
+        typer.echo(modelfile_of(resolved, info), nl=False)
     elif template:
-        _print_template(info.chat_template, info.architecture)
+        _print_template(resolved.template or info.chat_template, info.architecture)
     elif license_:
-        typer.echo(info.license or "(no license in the GGUF metadata)")
+        typer.echo(resolved.modelfile_license or info.license or "(no license in the GGUF metadata)")
     elif metadata:
         for key, value in info.metadata.items():
             typer.echo(f"{key} = {value!r}" if isinstance(value, str) else f"{key} = {value}")
@@ -209,6 +213,45 @@ def cp(
     typer.echo(f"copied {source} to {copied.name}")
 
 
+@app.command()
+def create(
+    name: str = typer.Argument(..., help="The new model's name (name[:tag]); an existing one is replaced."),
+    file: str = typer.Option("Modelfile", "--file", "-f", help="The Modelfile to read (- for stdin)."),
+    quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress, only the final line."),
+    host: Optional[str] = typer.Option(None, "--host", help=SERVER_HELP),
+) -> None:
+    """Make a model from a Modelfile: FROM a model or a GGUF file, with PARAMETER, SYSTEM, TEMPLATE (a
+    Jinja chat template), MESSAGE and LICENSE. It shares the FROM model's file; no copy is made."""
+    from pathlib import Path
+
+    from localrun.errors import UsageError
+    from localrun.store import parse_modelfile
+
+    try:
+        text = sys.stdin.read() if file == "-" else Path(file).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as e:
+        raise UsageError(f"cannot read the Modelfile {file}: {getattr(e, 'strerror', None) or e}") from None
+    recipe = parse_modelfile(text)
+    server = _server(host)
+    if server is not None:
+        given = {k: getattr(recipe, k) for k in ("system", "template", "license") if getattr(recipe, k) is not None}
+        fields = {"from": recipe.base, "parameters": recipe.parameters, "messages": list(recipe.messages), **given}
+        _ask_server(server, "create", lambda client: client.create(name, fields))
+        typer.echo(f"created {name} on {server.base_url}")
+        return
+    from localrun.store import Store
+
+    show_bar = sys.stderr.isatty() and not quiet
+    reporter = PullBar() if show_bar else None
+    folder = Path.cwd() if file == "-" else Path(file).resolve().parent
+    try:
+        made = Store().create(name, recipe, folder=folder, progress=reporter)
+    finally:
+        if reporter is not None:
+            reporter.close()
+    typer.echo(f"created {made.name} ({made.short_id}, shares the file of {recipe.base})")
+
+
 def _ask_server(address, command: str, call: Callable[[Any], Any]) -> Any:
     """`call(client)` on the server at `address`. When it fails and the server does not speak the Ollama
     API at all (vLLM, llama-server: 404 on /api/version too), one error line says so instead."""
@@ -270,13 +313,15 @@ def _parse_time(text: str) -> Optional[datetime]:
 
 
 _SHOW_FIELDS = {"template": ("template", "chat template"), "license": ("license", "license"),
-                "metadata": ("model_info", "metadata (model_info)")}
+                "metadata": ("model_info", "metadata (model_info)"), "modelfile": ("modelfile", "Modelfile")}
 
 
-def _show_on_server(address, model: str, as_json: bool, template: bool, license_: bool, metadata: bool) -> None:
+def _show_on_server(address, model: str, as_json: bool, template: bool, license_: bool, metadata: bool,
+                    modelfile: bool = False) -> None:
     from localrun.errors import LocalrunError
 
-    wanted = "template" if template else "license" if license_ else "metadata" if metadata else ""
+    wanted = ("template" if template else "license" if license_ else "metadata" if metadata
+              else "modelfile" if modelfile else "")
     wanted = "" if as_json else wanted  # --json shows everything, as for this home's store
 
     def ask(client) -> tuple[dict[str, Any], Optional[dict[str, Any]]]:
@@ -301,6 +346,8 @@ def _show_on_server(address, model: str, as_json: bool, template: bool, license_
             _print_template(value, _shown_facts(model, shown, None, "")["architecture"])
         elif wanted == "license":
             typer.echo(value or "(no license in the server's answer)")
+        elif wanted == "modelfile":
+            typer.echo(value, nl=False)
         else:
             for k, v in value.items():
                 typer.echo(f"{k} = {v!r}" if isinstance(v, str) else f"{k} = {v}")
@@ -372,11 +419,29 @@ def _print_info(model, info) -> None:
     facts = [("name", model.name), ("architecture", info.architecture), ("parameters", info.parameter_size),
              ("quantization", info.quantization), ("context length", str(info.context_length)),
              ("embedding length", str(info.embedding_length)), ("license", info.license or "-"),
-             ("size", _size(model.size)), ("digest", model.digest), ("source", model.source)]
+             ("loads with", _context_in_use(model)), ("size", _size(model.size)), ("digest", model.digest),
+             ("source", model.source)]
     if model.origin:  # made by `localrun quantize`
         origin = model.origin
         facts.append(("quantized from", f"{origin['model']} ({origin['digest'].removeprefix('sha256:')[:12]})"))
-    _print_model(facts, info.special_tokens, info.chat_template)
+    _print_model(facts, info.special_tokens, model.template or info.chat_template)
+    if model.defaults:
+        typer.echo("\n  Parameters")
+        for key, value in model.defaults.items():
+            typer.echo(f"    {key:<18}{value}")
+    if model.system:
+        typer.echo(f"\n  System\n    {_first_line(model.system, 100)}")
+
+
+def _context_in_use(model) -> str:
+    """The context a load of `model` gets with this environment's settings, and why."""
+    from localrun.config import Settings
+    from localrun.memory import context_for
+
+    settings = Settings.from_env()
+    ctx, why = context_for(model, model.defaults.get("num_ctx"), settings)
+    why = "its Modelfile's num_ctx" if why == "num_ctx" else why
+    return f"{ctx} tokens per request x {settings.engine.parallel} slots ({why})"
 
 
 def _print_model(facts: list[tuple[str, str]], special_tokens: dict[str, Any], chat_template: str) -> None:

@@ -103,6 +103,11 @@ class Client:
         """Ollama's `/api/copy`: the server gives one of its models a second name."""
         self._send("POST", "/api/copy", json={"source": source, "destination": destination})
 
+    def create(self, model: str, fields: dict[str, Any]) -> None:
+        """Ollama's `/api/create`: the server makes `model` from the Modelfile's `fields` (from, parameters,
+        system, template, messages, license). Not streamed: it only writes a manifest."""
+        self._send("POST", "/api/create", json={**fields, "model": model, "stream": False}, timeout=_GENERATE)
+
     def pull(self, model: str) -> Iterator[PullStatus]:
         """Ollama's streamed `/api/pull`: the server fetches `model` into its own store. Yields its progress;
         an error it reports after streaming began is raised. No read timeout: big files take a while."""
@@ -125,6 +130,13 @@ class Client:
     def delete(self, model: str) -> None:
         """Ollama's `DELETE /api/delete`: the server removes the model (a localrun daemon also unloads it)."""
         self._send("DELETE", "/api/delete", json={"model": model})
+
+    def load(self, model: str, num_ctx: int | None = None) -> None:
+        """Ollama's empty `/api/generate`: the server loads `model` now (with `num_ctx` tokens of context
+        per request when given; a loaded runner with another context is reloaded when idle)."""
+        options = {"num_ctx": num_ctx} if num_ctx else {}
+        self._send("POST", "/api/generate", json={"model": model, "options": options, "stream": False},
+                   timeout=_GENERATE)
 
     def unload(self, model: str) -> None:
         """Ollama's empty `/api/generate` with keep_alive 0: the server unloads `model` now when it is idle,

@@ -9,7 +9,7 @@ scheduler; everything about pointers lives in `backend`.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import llama_cpp as L
@@ -31,7 +31,7 @@ from localrun.engine.settings import physical_cores, resolve_flash_attn
 from localrun.engine.stops import StopMatcher
 from localrun.engine.threads import ThreadTuner
 from localrun.errors import ContextOverflow, InvalidRequest, LocalrunError
-from localrun.sampling import MAX_DRAFT
+from localrun.sampling import MAX_DRAFT, SamplingParams
 
 WARM_UP_TEXT = "Warm up: a short text of a dozen tokens or so."
 
@@ -106,7 +106,7 @@ class Engine:
         prompt = self._checked_prompt(request)
         if self.scheduler.find(request.id):
             raise InvalidRequest(f"request id {request.id!r} is already in use")
-        p = request.sampling
+        p = _resolved(request.sampling, self.settings.ctx_size)
         drafter = self._drafter(p.speculative)
         banned = self._eog_tokens() if p.ignore_eos else []
         sampler = Sampler(self.model.vocab, self.model.n_vocab, p, p.seed if p.seed is not None else self.settings.seed, banned)
@@ -306,8 +306,9 @@ class Engine:
         if len(prompt) + 1 <= limit:
             return prompt
         if not request.truncate:
-            raise ContextOverflow(f"the prompt is {len(prompt)} tokens, but the context holds {limit} per "
-                                  f"request including at least one generated token")
+            # Anthropic's wording, which Claude Code and other agents recognise (they compact and retry)
+            raise ContextOverflow(f"prompt is too long: {len(prompt)} tokens > {limit - 1} maximum (the context holds "
+                                  f"{limit} tokens per request, including at least one generated token)")
         return self._truncated(prompt, request.sampling.max_tokens)
 
     def _truncated(self, prompt: list[int], max_tokens: int | None) -> list[int]:
@@ -332,9 +333,10 @@ class Engine:
         return b"".join(self.model.special_piece(t) for t in tokens).decode("utf-8", "replace")
 
     def render_chat(self, messages: list[dict], tools: list[dict] | None = None,
-                    add_generation_prompt: bool = True, **extra: Any) -> str:
-        """The prompt text for a conversation, from the model's own chat template."""
-        return chat_template.render(self._template, messages, tools=tools, add_generation_prompt=add_generation_prompt,
+                    add_generation_prompt: bool = True, template: str | None = None, **extra: Any) -> str:
+        """The prompt text for a conversation, from `template` (a Modelfile's) or the model's own."""
+        return chat_template.render(template or self._template, messages, tools=tools,
+                                    add_generation_prompt=add_generation_prompt,
                                     bos_token=self._bos_text, eos_token=self._eos_text,
                                     fallback=chat_template.builtin_for(self.model.meta("general.architecture")), **extra)
 
@@ -431,6 +433,13 @@ class Engine:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _resolved(sampling: SamplingParams, ctx_size: int) -> SamplingParams:
+    """What the sampler runs: knobs still unset take llama.cpp's defaults, and repeat_last_n -1
+    (Ollama's "the whole context") becomes this context's length per slot."""
+    p = sampling.filled()
+    return replace(p, repeat_last_n=ctx_size) if p.repeat_last_n == -1 else p
 
 
 def _can_drop_tail(model: Model) -> bool:

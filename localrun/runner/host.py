@@ -151,7 +151,7 @@ class RunnerHost:
 
     def _op_render(self, rid: str, message: dict[str, Any]) -> None:
         request = GenerateRequest(model="", messages=message["messages"], tools=message.get("tools"),
-                                  tool_choice=message.get("tool_choice"))
+                                  tool_choice=message.get("tool_choice"), template=message.get("template"))
         self._result(rid, {"tokens": build_prompt(self.engine, request, self.family)})
 
     def _op_embed(self, rid: str, message: dict[str, Any]) -> None:

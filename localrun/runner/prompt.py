@@ -32,10 +32,11 @@ def build_chat(engine: Engine, request: GenerateRequest, family: Family) -> tupl
         return text, engine.tokenize(text, add_special=True, parse_special=True)
     tools = active_tools(request.tools, request.tool_choice)
     history = [family.with_history(m) if m.get("role") == "assistant" else m for m in request.messages]
-    messages, template_tools = prepare_messages(history, tools, engine.model.chat_template())
+    template = request.template or engine.model.chat_template()
+    messages, template_tools = prepare_messages(history, tools, template)
     prefill = _prefill(messages)
     think = False if request.reasoning_budget == 0 or _constrained(request) else request.think
-    text = engine.render_chat(messages, tools=template_tools, add_generation_prompt=prefill is None,
+    text = engine.render_chat(messages, tools=template_tools, add_generation_prompt=prefill is None, template=template,
                               **family.template_vars(think, request.reasoning_effort))
     if prefill is not None:
         text = _continuing(text, prefill)

@@ -12,12 +12,13 @@ from __future__ import annotations
 import contextlib
 import time
 from dataclasses import dataclass, field
-from typing import Any, AsyncIterator
+from typing import Any, AsyncIterator, Mapping
 
 from localrun.native import Delta, Done, Event, GenerateRequest, Timings, TokenLogprob, decode_event
 from localrun.server import access_log
-from localrun.server.defaults import with_model_defaults
-from localrun.server.manager import ModelManager
+from localrun.errors import ContextOverflow
+from localrun.server.defaults import for_model, how_to_raise
+from localrun.server.manager import Loaded, ModelManager
 from localrun.server.metrics import Observer
 from localrun.server.validate import check_generate
 
@@ -33,23 +34,34 @@ class Generation:
         return self._events
 
 
-async def start(manager: ModelManager, request: GenerateRequest) -> Generation:
+async def start(manager: ModelManager, request: GenerateRequest,
+                api_defaults: Mapping[str, Any] | None = None) -> Generation:
+    """Start `request`; `api_defaults` are the dialect's documented sampling defaults, when they differ
+    from llama.cpp's (server/defaults.py says where they come in the precedence)."""
     check_generate(request)
     stack = contextlib.AsyncExitStack()
     started = time.perf_counter()
     try:
         loaded = await stack.enter_async_context(manager.lease(request.model, request.num_ctx, request.keep_alive))
         load_ms = (time.perf_counter() - started) * 1000.0  # the one load time: how long this request waited for it
-        request = with_model_defaults(request, loaded.model.defaults)
+        request = for_model(request, loaded.model, api_defaults)
         stream = loaded.runner.stream("generate", request=request.to_dict())
         stack.push_async_callback(stream.aclose)
-        accepted = await anext(stream)
+        accepted = await _accepted(stream, loaded)
     except BaseException:
         await stack.aclose()
         raise
     observer = Observer(loaded.model.name, started, accepted["prompt_tokens"])
     access_log.note(prompt_tokens=accepted["prompt_tokens"])
     return Generation(accepted["prompt_tokens"], _events(stack, stream, load_ms, observer))
+
+
+async def _accepted(stream: AsyncIterator[dict[str, Any]], loaded: Loaded) -> dict[str, Any]:
+    """The runner's acceptance; a prompt over the context is refused saying how to make room."""
+    try:
+        return await anext(stream)
+    except ContextOverflow as e:
+        raise ContextOverflow(f"{e.message}: {how_to_raise(loaded.model, loaded.options.ctx_size)}") from None
 
 
 async def _events(stack: contextlib.AsyncExitStack, stream: AsyncIterator[dict[str, Any]],
@@ -81,9 +93,10 @@ class Collected:
         return sum(c.timings.generated_tokens for c in self.choices)
 
 
-async def collect(manager: ModelManager, request: GenerateRequest) -> Collected:
+async def collect(manager: ModelManager, request: GenerateRequest,
+                  api_defaults: Mapping[str, Any] | None = None) -> Collected:
     result = Collected()
-    async for event in await start(manager, request):
+    async for event in await start(manager, request, api_defaults):
         if isinstance(event, Delta):
             result.logprobs.setdefault(event.index, []).extend(event.logprobs)
         else:

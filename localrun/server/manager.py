@@ -29,7 +29,7 @@ from localrun.durations import parse_duration
 from localrun.errors import DaemonUnavailable, InvalidRequest, LoadCrashed, LocalrunError, Overloaded
 from localrun.safe_mode import SafeModeMemory
 from localrun.server import access_log
-from localrun.server.memory import estimate_bytes, memory_budget
+from localrun.memory import context_for, estimate_bytes, fits, memory_budget
 from localrun.server.defaults import context_size
 from localrun.server.runner_process import RunnerProcess
 from localrun.upstream.pool import Route, UpstreamLease, Upstreams
@@ -45,6 +45,9 @@ Spawn = Callable[[Any, EngineSettings], Awaitable[RunnerProcess]]
 class Loaded:
     """A loaded model: its runner and the bookkeeping the scheduler decides from."""
 
+    # The runner serves every name of its file (`cp`, `create`), which differ in their Modelfile
+    # defaults: `model` is the one the latest lease asked for, set when it is admitted and read by
+    # that lease's holder before its next await (generation.start), so each request gets its own name's.
     model: Any
     runner: RunnerProcess
     options: EngineSettings
@@ -110,11 +113,12 @@ class ModelManager:
         self._reaper: asyncio.Task[None] | None = None
         self.closing = False
 
-    def options(self, num_ctx: int | None) -> EngineSettings:
-        """The server's engine settings, with the request's context size when it asks for one, in safe
-        mode when this build on this CPU needs it."""
-        return replace(self.config.engine, ctx_size=num_ctx or self.config.engine.ctx_size,
-                       safe_mode=self.safe_mode.needed)
+    def options(self, model: Any, num_ctx: int | None) -> EngineSettings:
+        """The server's engine settings for loading `model`, in safe mode when this build on this CPU
+        needs it, with the context per slot of `localrun.memory.context_for`: `num_ctx` (the request's or
+        the model's), then LOCALRUN_CTX_SIZE when set, then the model's trained length within the budget."""
+        ctx, _ = context_for(model, num_ctx, self.config)
+        return replace(self.config.engine, ctx_size=ctx, safe_mode=self.safe_mode.needed)
 
     @contextlib.asynccontextmanager
     async def lease(self, name: str, num_ctx: int | None = None,
@@ -165,16 +169,18 @@ class ModelManager:
         if loaded is not None and not self._stale(loaded, num_ctx):
             self._admit(loaded)
             loaded.keep_alive = keep
+            loaded.model = model  # see Loaded.model
             return loaded
-        loading = self.loading.get(model.digest) or self._start_load(model, self._options_after(loaded, num_ctx),
+        loading = self.loading.get(model.digest) or self._start_load(model, self._options_after(model, loaded, num_ctx),
                                                                      loaded)
         loaded = await self._wait(model, loading)
         loaded.keep_alive = keep
+        loaded.model = model
         return loaded
 
-    def _options_after(self, previous: Loaded | None, num_ctx: int | None) -> EngineSettings:
+    def _options_after(self, model: Any, previous: Loaded | None, num_ctx: int | None) -> EngineSettings:
         """The options for a new runner: safe mode when the one it replaces died of SIGILL."""
-        options = self.options(num_ctx)
+        options = self.options(model, num_ctx)
         if previous is not None and previous.runner.death_signal == "SIGILL":
             log.warning("%s: its runner died of SIGILL; loading it again in safe mode", previous.model.name)
             return replace(options, safe_mode=True)
@@ -199,6 +205,10 @@ class ModelManager:
     def _start_load(self, model: Any, options: EngineSettings, stale: Loaded | None) -> _Loading:
         """Decide now (room, victims) and start the load as a task of its own; the stale runner of this
         model, if any, and the evicted ones are closed by that task before the new runner starts."""
+        too_big = fits(model.size, model.facts.kv_bytes_per_token, options, self.budget)
+        if too_big is not None:
+            raise InvalidRequest(f"{model.name} cannot be loaded: {too_big}; ask for a smaller num_ctx, or use "
+                                 f"a quantized KV cache (LOCALRUN_KV_CACHE_TYPE) or fewer slots (LOCALRUN_PARALLEL)")
         retired = [stale] if stale is not None and self._detach(stale) else []
         size = estimate_bytes(model.size, model.facts.kv_bytes_per_token, options)
         try:

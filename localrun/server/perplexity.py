@@ -14,8 +14,8 @@ from pydantic import Field
 
 from localrun.server.hangup import unless_hung_up
 from localrun.server.jsonbody import JSONBodyRoute
+from localrun.memory import kv_bytes
 from localrun.server.manager import check_context
-from localrun.server.memory import kv_bytes
 from localrun.server.wire import WireModel
 
 router = APIRouter(tags=["perplexity"], route_class=JSONBodyRoute)

@@ -11,10 +11,11 @@ DownloadError family); every one carries a single readable line.
 from localrun.store.catalogue import Catalogue, Entry, load_catalogue
 from localrun.store.download import Policy
 from localrun.store.model import Facts, Model, ModelInfo, PullProgress
+from localrun.store.modelfile import Modelfile, modelfile_of, parse_modelfile
 from localrun.store.names import Name, Reference, parse_name, parse_reference
 from localrun.store.store import Store
 
 __all__ = [
-    "Catalogue", "Entry", "Facts", "Model", "ModelInfo", "Name", "Policy", "PullProgress", "Reference", "Store",
-    "load_catalogue", "parse_name", "parse_reference",
+    "Catalogue", "Entry", "Facts", "Model", "ModelInfo", "Modelfile", "Name", "Policy", "PullProgress", "Reference",
+    "Store", "load_catalogue", "modelfile_of", "parse_modelfile", "parse_name", "parse_reference",
 ]

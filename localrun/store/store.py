@@ -17,7 +17,7 @@ import hashlib
 import importlib.util
 import uuid
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -33,6 +33,7 @@ from localrun.store.layout import Layout, digest_key, install_blob, url_key
 from localrun.store.manifests import (Link, Manifest, iter_manifests, read_manifest, referenced_digests,
                                       remove_manifest, write_manifest)
 from localrun.store.model import Model, ModelInfo, PullProgress
+from localrun.store.modelfile import Modelfile
 from localrun.store.names import Name, Reference, parse_name, parse_reference
 from localrun.store.sources import Remote, catalogue_remote, rewrite_host
 
@@ -123,14 +124,59 @@ class Store:
         manifest = self._find(parse_reference(src))
         if manifest is None:
             raise self._not_pulled(src)
-        copy = Manifest(parse_name(dst), manifest.digest, manifest.size, manifest.source, _now(),
-                        manifest.facts, manifest.link, manifest.defaults, manifest.origin)
+        return self._write_named(replace(manifest, name=parse_name(dst), modified=_now()), force)
+
+    def create(self, name: str, modelfile: Modelfile, *, folder: Path | None = None,
+               progress: Progress | None = None) -> Model:
+        """Make `name` from a Modelfile: its FROM model (pulled when missing) or GGUF file (imported; a
+        relative path is read from `folder`), with the Modelfile's settings over the base's. The new
+        model shares the base's blob; only its manifest is new. As with Ollama, creating a name that
+        exists replaces it: that is how a model's Modelfile is edited."""
+        report = progress or (lambda event: None)
+
+        def emit(event: PullProgress) -> None:  # the base's pull reports no success: one, at the end
+            if event.status != "success":
+                report(event)
+
+        base = self._base(modelfile.base, name, folder, emit)
+        made = replace(base, name=parse_name(name), modified=_now(),
+                       defaults={**base.defaults, **modelfile.parameters},
+                       system=_given(modelfile.system, base.system), template=_given(modelfile.template, base.template),
+                       messages=list(modelfile.messages) or base.messages,
+                       license=_given(modelfile.license, base.license))
+        emit(PullProgress(f"using existing layer {made.digest}", made.digest))
+        emit(PullProgress("writing manifest", made.digest))
+        model = self._write_named(made, force=True)
+        report(PullProgress("success", made.digest))
+        return model
+
+    def _base(self, ref: str, name: str, folder: Path | None, emit: Progress) -> Manifest:
+        """The manifest of a Modelfile's FROM: a model in the store (pulled when missing), or a GGUF file
+        imported under `name` (a relative path is read from `folder`, the Modelfile's)."""
+        reference = parse_reference(ref)
+        if reference.kind != "path":
+            return self._manifest_of(self.pull(ref, progress=emit))
+        path = Path(reference.path).expanduser()
+        path = (folder / path if folder and not path.is_absolute() else path).resolve()
+        if not path.is_file():
+            raise ModelNotFound(f"FROM {ref}: no such file: {path}")
+        return self._manifest_of(self.import_file(path, name, source=f"file:{path}", progress=emit))
+
+    def _manifest_of(self, model: Model) -> Manifest:
+        manifest = read_manifest(self.layout, parse_name(model.name))
+        if manifest is None:
+            raise StoreError(f"{model.name}: its manifest vanished while creating; try again")
+        return manifest
+
+    def _write_named(self, manifest: Manifest, force: bool) -> Model:
+        """Write `manifest` under its name, which may already name the same file but another one only
+        with `force` (that file is collected when no name uses it any more)."""
         with _os_errors(), self._lock("gc"):
-            old = read_manifest(self.layout, copy.name)
+            old = read_manifest(self.layout, manifest.name)
             if old is not None and not force and old.digest != manifest.digest:
                 raise _taken(old)
-            self._replace_manifest(copy)
-        return self._model(copy)
+            self._replace_manifest(manifest)
+        return self._model(manifest)
 
     # --- lookup helpers ------------------------------------------------------------------------
 
@@ -184,7 +230,8 @@ class Store:
         if check:
             self._check_file(manifest, path)
         return Model(str(manifest.name), manifest.digest, path, manifest.size, manifest.modified,
-                     manifest.source, manifest.facts, manifest.link is not None, manifest.defaults, manifest.origin)
+                     manifest.source, manifest.facts, manifest.link is not None, manifest.defaults, manifest.origin,
+                     manifest.system, manifest.template, manifest.messages, manifest.license)
 
     def _check_file(self, manifest: Manifest, path: Path) -> None:
         link = manifest.link
@@ -364,6 +411,11 @@ def _os_errors() -> Iterator[None]:
 def _taken(old: Manifest) -> UsageError:
     return UsageError(f"{old.name} already names another model ({old.digest.removeprefix('sha256:')[:12]}); "
                       f"`localrun rm {old.name}` first, or give --force to replace it")
+
+
+def _given(value: str | None, inherited: str) -> str:
+    """A Modelfile's value when it has the command (even empty: `SYSTEM ""` clears), else the base's."""
+    return inherited if value is None else value
 
 
 def _short_hash(text: str) -> str:

@@ -15,7 +15,7 @@ from typing import Any
 
 from localrun.errors import InvalidRequest
 from localrun.native import Done, GenerateRequest, Timings
-from localrun.sampling import SamplingParams
+from localrun.sampling import SamplingParams, given
 from localrun.server.anthropic.protocol import CountTokensRequest, Message, MessagesRequest, ToolChoice
 
 BILLING_HEADER = "x-anthropic-billing-header:"
@@ -23,10 +23,8 @@ _NATIVE_CHOICE = {"auto": "auto", "any": "required", "none": "none"}
 
 
 def generate_request(body: MessagesRequest) -> GenerateRequest:
-    params = SamplingParams(max_tokens=body.max_tokens, stop=list(body.stop_sequences or []))
-    for name in ("temperature", "top_p", "top_k", "speculative"):
-        if (value := getattr(body, name)) is not None:
-            setattr(params, name, value)
+    params = SamplingParams(max_tokens=body.max_tokens, stop=list(body.stop_sequences or []),
+                            speculative=body.speculative, **given(body))
     think, budget = thinking(body.thinking)
     return GenerateRequest(model=body.model, messages=conversation(body), tools=tools(body.tools),
                            tool_choice=tool_choice(body.tool_choice), json_schema=output_schema(body),

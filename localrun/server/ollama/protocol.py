@@ -113,6 +113,20 @@ class PullRequest(ModelRequest):
     stream: bool = True
 
 
+class CreateRequest(ModelRequest):
+    """/api/create: the fields of a Modelfile as JSON (Ollama 0.5+), or (older clients) its text in
+    `modelfile`. `files`, `adapters` and `quantize` are refused in translate (not supported here)."""
+
+    from_: str | None = Field(None, alias="from")
+    modelfile: str | None = None
+    system: str | None = None
+    template: str | None = None
+    parameters: dict[str, Any] | None = None
+    messages: list[dict[str, Any]] | None = None
+    license: str | list[str] | None = None
+    stream: bool = True
+
+
 class CopyRequest(WireModel):
     source: str = Field(min_length=1)
     destination: str = Field(min_length=1)

@@ -23,8 +23,8 @@ from localrun.server.jsonbody import JSONBodyRoute
 from localrun.server.manager import Loaded, ModelManager
 from localrun.server.ollama import translate as t
 from localrun.server.ollama.protocol import (
-    ChatRequest, CopyRequest, EmbeddingsRequest, EmbedRequest, GenerateRequest, ModelRequest, PullRequest,
-    ShowRequest,
+    ChatRequest, CopyRequest, CreateRequest, EmbeddingsRequest, EmbedRequest, GenerateRequest, ModelRequest,
+    PullRequest, ShowRequest,
 )
 from localrun.server.streaming import ndjson, ndjson_stream
 from localrun.server.vectors import shortened
@@ -88,7 +88,7 @@ async def pull(body: PullRequest, request: Request) -> Any:
     if not body.stream:
         await asyncio.to_thread(_pull, store, body.model)
         return {"status": "success"}
-    return ndjson_stream(_pull_progress(store, body.model), _stream_error)
+    return ndjson_stream(_progress(lambda emit: _pull(store, body.model, emit)), _stream_error)
 
 
 def _pull(store: Any, ref: str, progress: Callable[[PullProgress], None] | None = None) -> None:
@@ -106,10 +106,11 @@ def _pull(store: Any, ref: str, progress: Callable[[PullProgress], None] | None 
                             "file)") from None
 
 
-async def _pull_progress(store: Any, ref: str) -> AsyncIterator[str]:
-    """Run the (synchronous) pull in a worker thread and forward its progress as NDJSON lines.
+async def _progress(work: Callable[[Callable[[PullProgress], None]], Any]) -> AsyncIterator[str]:
+    """Run a (synchronous) store change, `work(emit)`, in a worker thread and forward its progress as
+    NDJSON lines.
 
-    If the client goes away, the pull carries on to its end in the thread (a blocking download
+    If the client goes away, the work carries on to its end in the thread (a blocking download
     cannot be interrupted from here), so the model is there for the next request anyway."""
     loop = asyncio.get_running_loop()
     queue: asyncio.Queue[PullProgress | None] = asyncio.Queue()
@@ -126,11 +127,11 @@ async def _pull_progress(store: Any, ref: str) -> AsyncIterator[str]:
         future.exception()  # seen, even when the client left before it could be told
         queue.put_nowait(None)
 
-    task = asyncio.ensure_future(asyncio.to_thread(_pull, store, ref, emit))
+    task = asyncio.ensure_future(asyncio.to_thread(work, emit))
     task.add_done_callback(finished)
     while (event := await queue.get()) is not None:
         yield ndjson(event.to_dict())
-    task.result()  # the pull's error, if any, becomes the final {"error": ...} line
+    task.result()  # the work's error, if any, becomes the final {"error": ...} line
 
 
 @router.delete("/api/delete")
@@ -146,6 +147,17 @@ async def delete(body: ModelRequest, request: Request) -> Response:
     if digest is not None and not still_used_by:  # another name for the same file keeps its runner
         await request.app.state.manager.expire(digest)
     return Response(status_code=200)
+
+
+@router.post("/api/create")
+async def create(body: CreateRequest, request: Request) -> Any:
+    """Ollama's /api/create: a new model from a model in the store and Modelfile settings, sharing its blob."""
+    store = request.app.state.store
+    recipe = t.create_modelfile(body)  # a bad body fails here, before any line streams
+    if not body.stream:
+        await asyncio.to_thread(store.create, body.model, recipe)
+        return {"status": "success"}
+    return ndjson_stream(_progress(lambda emit: store.create(body.model, recipe, progress=emit)), _stream_error)
 
 
 @router.post("/api/copy")
@@ -196,7 +208,7 @@ async def chat(body: ChatRequest, request: Request) -> Any:
     return await _answer(request, body, t.chat_request, t.chat_piece, t.chat_final)
 
 
-async def _answer(request: Request, body: Body, translate: Callable[[Any, int], NativeRequest],
+async def _answer(request: Request, body: Body, translate: Callable[[Any], NativeRequest],
                   piece: Piece, final: Final) -> Any:
     """Load/unload-only requests, streamed NDJSON, or one JSON object: the same for generate and chat."""
     started = time.perf_counter_ns()
@@ -204,11 +216,11 @@ async def _answer(request: Request, body: Body, translate: Callable[[Any, int], 
     if t.is_load_only(body):
         reason = await _load(manager, body)
         return t.load_answer(body, reason, time.perf_counter_ns() - started)
-    native = translate(body, request.app.state.config.engine.ctx_size)
+    native = translate(body)
     if body.stream:
-        gen = await generation.start(manager, native)
+        gen = await generation.start(manager, native, t.OLLAMA_DEFAULTS)
         return ndjson_stream(_lines(gen, body.model, piece, final, started), _stream_error)
-    done = (await unless_hung_up(request, generation.collect(manager, native))).choices[0]
+    done = (await unless_hung_up(request, generation.collect(manager, native, t.OLLAMA_DEFAULTS))).choices[0]
     return final(body.model, done, time.perf_counter_ns() - started, done.text, done.reasoning)
 
 

@@ -1,8 +1,9 @@
 """Ollama <-> native: request bodies into one GenerateRequest, events and models into Ollama's JSON.
 
-Precedence for sampling: the request's `options`, then Ollama's own defaults (which differ from
-llama.cpp's: top_p 0.9, min_p 0, repeat_penalty 1.1), so a client sees what it would see against
-Ollama. Durations go out in nanoseconds, as Ollama reports them; the engine measures milliseconds.
+Sampling: the request's `options`; what they leave unset is filled by the one precedence
+(server/defaults.py), where Ollama's own defaults (`OLLAMA_DEFAULTS`, which differ from llama.cpp's:
+top_p 0.9, min_p 0, repeat_penalty 1.1) come after the model's, so a client sees what it would see
+against Ollama. Durations go out in nanoseconds, as Ollama reports them; the engine measures milliseconds.
 """
 
 from __future__ import annotations
@@ -14,8 +15,10 @@ from localrun.durations import parse_duration
 from localrun.errors import InvalidRequest
 from localrun.families import family_for
 from localrun.native import Done, GenerateRequest as NativeRequest, Timings, thinking
-from localrun.sampling import SamplingParams
-from localrun.server.ollama.protocol import ChatRequest, GenerateRequest, Message, Options
+from localrun.sampling import SamplingParams, given
+from localrun.server.ollama.protocol import ChatRequest, CreateRequest, GenerateRequest, Message, Options
+from localrun.store import Modelfile, modelfile_of, parse_modelfile, parse_reference
+from localrun.store.modelfile import check_template, message as mf_message, parameters as mf_parameters
 from localrun.server.openai.translate import tool_definition  # Ollama's tools are OpenAI's
 
 OLLAMA_DEFAULTS: dict[str, float] = {
@@ -27,16 +30,10 @@ NO_VISION = "images are not supported: the models localrun serves are text-only"
 
 # --- requests ----------------------------------------------------------------------------------
 
-def sampling(options: Options | None, default_ctx: int) -> SamplingParams:
-    """Ollama options -> SamplingParams. `default_ctx` resolves repeat_last_n = -1 (the whole context)."""
+def sampling(options: Options | None) -> SamplingParams:
+    """Ollama options -> SamplingParams (repeat_last_n -1, the whole context, is resolved by the engine)."""
     o = options or Options()
-    params = SamplingParams(**OLLAMA_DEFAULTS)
-    for name in OLLAMA_DEFAULTS:
-        value = getattr(o, name)
-        if value is not None:
-            setattr(params, name, value)
-    if params.repeat_last_n == -1:
-        params.repeat_last_n = o.num_ctx or default_ctx
+    params = SamplingParams(**given(o))
     params.seed = o.seed if o.seed is not None and o.seed >= 0 else None  # Ollama: -1 = random
     params.max_tokens = o.num_predict if o.num_predict is not None and o.num_predict >= 0 else None
     params.stop = list(o.stop or [])
@@ -44,7 +41,7 @@ def sampling(options: Options | None, default_ctx: int) -> SamplingParams:
     return params
 
 
-def generate_request(body: GenerateRequest, default_ctx: int) -> NativeRequest:
+def generate_request(body: GenerateRequest) -> NativeRequest:
     """/api/generate: the prompt through the chat template (with `system`), or as is when `raw`."""
     if body.images:
         raise InvalidRequest(NO_VISION)
@@ -53,7 +50,7 @@ def generate_request(body: GenerateRequest, default_ctx: int) -> NativeRequest:
                              "send raw: true with a fully formatted prompt instead")
     if body.suffix:
         raise InvalidRequest("suffix: fill-in-the-middle is not supported")
-    request = _native(body, default_ctx)
+    request = _native(body)
     request.return_context = True
     if body.raw:
         request.prompt = body.prompt
@@ -63,17 +60,17 @@ def generate_request(body: GenerateRequest, default_ctx: int) -> NativeRequest:
     return request
 
 
-def chat_request(body: ChatRequest, default_ctx: int) -> NativeRequest:
-    request = _native(body, default_ctx)
+def chat_request(body: ChatRequest) -> NativeRequest:
+    request = _native(body)
     request.messages = [_message(m, i) for i, m in enumerate(body.messages)]
     request.tools = [tool_definition(t) for t in body.tools] if body.tools else None
     return request
 
 
-def _native(body: GenerateRequest | ChatRequest, default_ctx: int) -> NativeRequest:
+def _native(body: GenerateRequest | ChatRequest) -> NativeRequest:
     keep_alive = parse_duration(body.keep_alive) if body.keep_alive is not None else None
     think, effort = thinking(body.think, "think")
-    request = NativeRequest(model=body.model, sampling=sampling(body.options, default_ctx),
+    request = NativeRequest(model=body.model, sampling=sampling(body.options),
                             num_ctx=body.options.num_ctx if body.options else None, keep_alive=keep_alive,
                             think=think, reasoning_effort=effort,
                             reasoning_budget=body.options.reasoning_budget if body.options else None)
@@ -215,22 +212,51 @@ def _remote(model: Any) -> dict[str, str]:
 
 
 def show(model: Any, info: Any) -> dict[str, Any]:
-    """/api/show: the model's license, template, parameters, a Modelfile, GGUF metadata, capabilities."""
-    parameters = "\n".join(f"{key:<15} {value}" for key, value in model.defaults.items())
+    """/api/show: the model's license, template, parameters, a Modelfile, GGUF metadata, capabilities.
+    What a Modelfile set (`localrun create`) comes before what the GGUF carries."""
+    parameters = "\n".join(f"{key:<15} {one}" for key, value in model.defaults.items()
+                           for one in (value if isinstance(value, list) else [value]))
     model_info = {"general.parameter_count": info.parameters, **info.metadata}
-    return {"license": info.license, "modelfile": modelfile(model, info), "parameters": parameters,
-            "template": info.chat_template, "details": details(model), "model_info": model_info,
-            "capabilities": capabilities(info), "modified_at": model.modified.isoformat()}
+    shown = {"license": model.modelfile_license or info.license, "modelfile": modelfile(model, info),
+             "parameters": parameters, "template": model.template or info.chat_template, "details": details(model),
+             "model_info": model_info, "capabilities": capabilities(info), "modified_at": model.modified.isoformat()}
+    if model.system:
+        shown["system"] = model.system
+    if model.messages:
+        shown["messages"] = list(model.messages)
+    return shown
 
 
 def modelfile(model: Any, info: Any) -> str:
-    lines = [f"# Modelfile generated by localrun for {model.name}", f"FROM {model.path}"]
-    if info.chat_template:
-        lines.append(f'TEMPLATE """{info.chat_template}"""')
-    lines += [f"PARAMETER {key} {value}" for key, value in model.defaults.items()]
-    if info.license:
-        lines.append(f'LICENSE """{info.license}"""')
-    return "\n".join(lines) + "\n"
+    """A Modelfile that `localrun create` turns back into this model."""
+    return f"# Modelfile generated by localrun for {model.name}\n" + modelfile_of(model, info)
+
+
+def create_modelfile(body: CreateRequest) -> Modelfile:
+    """/api/create's body as a Modelfile: its `modelfile` text (older clients), then its fields over it."""
+    for unsupported in ("files", "adapters", "quantize"):
+        if getattr(body, unsupported, None):
+            raise InvalidRequest(f"{unsupported}: not supported by /api/create here; create from a model in the "
+                                 f"store or a GGUF file on the daemon's machine (`localrun create`)")
+    parsed = parse_modelfile(body.modelfile) if body.modelfile else None
+    base = body.from_ or (parsed.base if parsed else "")
+    if not base:
+        raise InvalidRequest("from: name the model to create this one from")
+    if parse_reference(base).kind == "path":  # as /api/pull: no HTTP client makes the daemon read its disk
+        raise InvalidRequest("from: over HTTP, create from a model name; a GGUF file on the daemon's machine "
+                             "is for `localrun create` there")
+    if body.template is not None:
+        check_template(body.template)
+    license = "\n\n".join(body.license) if isinstance(body.license, list) else body.license
+    messages = tuple(mf_message(str(m.get("role", "")), str(m.get("content") or "")) for m in body.messages or [])
+    parsed = parsed or Modelfile()
+    return Modelfile(base=base, parameters={**parsed.parameters, **mf_parameters(body.parameters or {})},
+                     system=_first(body.system, parsed.system), template=_first(body.template, parsed.template),
+                     messages=messages or parsed.messages, license=_first(license, parsed.license))
+
+
+def _first(*values: str | None) -> str | None:
+    return next((v for v in values if v is not None), None)
 
 
 def capabilities(info: Any) -> list[str]:

@@ -9,18 +9,14 @@ from typing import Any
 
 from localrun.errors import InvalidRequest
 from localrun.native import Done, GenerateRequest, TokenLogprob, Usage, thinking
-from localrun.sampling import SamplingParams
+from localrun.sampling import SamplingParams, given
 from localrun.server.openai.protocol import ChatCompletionRequest, CompletionRequest, SamplingFields
 
 
 def sampling(body: SamplingFields, max_tokens: int | None, logprobs: int | None) -> SamplingParams:
-    """Request value, then llama.cpp's default (SamplingParams' own) for everything not given."""
-    params = SamplingParams(max_tokens=max_tokens, logprobs=logprobs, seed=body.seed, ignore_eos=body.ignore_eos)
-    for name in ("temperature", "top_p", "top_k", "min_p", "typical_p", "repeat_penalty",
-                 "presence_penalty", "frequency_penalty", "speculative"):
-        value = getattr(body, name)
-        if value is not None:
-            setattr(params, name, value)
+    """The request's values; what it leaves unset stays None for the precedence (server/defaults.py)."""
+    params = SamplingParams(max_tokens=max_tokens, logprobs=logprobs, seed=body.seed, ignore_eos=body.ignore_eos,
+                            speculative=body.speculative, **given(body))
     params.stop = [body.stop] if isinstance(body.stop, str) else list(body.stop or [])
     params.logit_bias = _logit_bias(body.logit_bias)
     return params

@@ -23,7 +23,7 @@ from typing import Any
 
 from localrun.errors import InvalidRequest
 from localrun.native import Done, GenerateRequest, Timings
-from localrun.sampling import SamplingParams
+from localrun.sampling import SamplingParams, given
 from localrun.server.openai.translate import normalize_message
 from localrun.server.responses.protocol import ResponsesRequest
 
@@ -43,10 +43,8 @@ def input_items(body: ResponsesRequest) -> list[dict[str, Any]]:
 
 def generate_request(body: ResponsesRequest, items: list[dict[str, Any]]) -> GenerateRequest:
     """The native request for `items`, the whole conversation (earlier responses' items included)."""
-    params = SamplingParams(max_tokens=body.max_output_tokens, seed=body.seed)
-    for name in ("temperature", "top_p", "speculative"):
-        if (value := getattr(body, name)) is not None:
-            setattr(params, name, value)
+    params = SamplingParams(max_tokens=body.max_output_tokens, seed=body.seed, speculative=body.speculative,
+                            **given(body))
     functions = tools(body.tools)
     request = GenerateRequest(model=body.model, messages=conversation(body.instructions, items), tools=functions,
                               tool_choice=tool_choice(body.tool_choice) if functions else None,
