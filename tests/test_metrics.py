@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+import time
 
 import httpx
 
@@ -56,13 +57,18 @@ def test_a_streamed_chat_moves_every_counter(daemon):
     with httpx.stream("POST", f"{daemon.url}/v1/chat/completions", json=body, timeout=120) as response:
         chunks = [json.loads(line[6:]) for line in response.iter_lines() if line.startswith("data: {")]
     usage = chunks[-1]["usage"]
-    after = scrape(daemon.url)
+    counted = 'localrun_requests_total{route="/v1/chat/completions",method="POST",status="200"}'
+    # A request is counted once its handler returns, which can be just after the client read the last byte.
+    deadline, after = time.monotonic() + 5, scrape(daemon.url)
+    while after.get(counted, 0.0) == before.get(counted, 0.0) and time.monotonic() < deadline:
+        time.sleep(0.05)
+        after = scrape(daemon.url)
 
     def moved(key: str) -> float:
         return after.get(key, 0.0) - before.get(key, 0.0)
 
     model = 'model="smollm2:135m"'
-    assert moved('localrun_requests_total{route="/v1/chat/completions",method="POST",status="200"}') == 1
+    assert moved(counted) == 1
     assert moved(f"localrun_prompt_tokens_total{{{model}}}") == usage["prompt_tokens"]
     assert moved(f"localrun_generated_tokens_total{{{model}}}") == usage["completion_tokens"]
     assert moved(f"localrun_time_to_first_token_seconds_count{{{model}}}") == 1

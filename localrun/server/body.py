@@ -140,7 +140,7 @@ class BodyLimits:
         if parsed.refusal:
             return await error_response(path, 400, parsed.refusal, param=parsed.param)(scope, receive, send)
         if parsed.ok:
-            scope = {**scope, PARSED: parsed.data}
+            scope[PARSED] = parsed.data  # in the scope itself: the outer middlewares read what routing adds
         await self.app(scope, _replay(body, receive), send)
 
     async def _too_large(self, scope: Scope, receive: Receive, send: Send) -> None:
