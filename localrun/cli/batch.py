@@ -29,7 +29,7 @@ from localrun.client import Client, Completion, GenerateOptions
 from localrun.errors import LocalrunError, Overloaded, UsageError
 from localrun.store.layout import atomic_write
 
-OVERLOAD_ATTEMPTS = 30
+OVERLOAD_WAIT_S = 600.0  # how long one line waits out a full queue (503) before it counts as failed
 
 
 @dataclass(slots=True)
@@ -157,14 +157,17 @@ def answer(client: Client, model: str, job: Job) -> dict[str, Any]:
     return record | {"error": cut} if cut else record
 
 
-def _chat(client: Client, model: str, job: Job, attempts: int = OVERLOAD_ATTEMPTS) -> Completion:
-    """One request; a full queue (503) is waited out as Retry-After says, a few times, before it counts."""
-    for _ in range(attempts - 1):
+def _chat(client: Client, model: str, job: Job, wait_s: float = OVERLOAD_WAIT_S) -> Completion:
+    """One request; a full queue (503) is waited out as Retry-After says, for up to `wait_s` in all
+    (a count of tries would give up sooner on a slower machine, where each answer holds its slot longer)."""
+    deadline = time.monotonic() + wait_s
+    while True:
         try:
             return client.chat(model, job.messages or [], job.options)
         except Overloaded as e:
+            if time.monotonic() + e.retry_after > deadline:
+                raise
             time.sleep(e.retry_after)
-    return client.chat(model, job.messages or [], job.options)
 
 
 @dataclass
