@@ -42,6 +42,9 @@ class UpstreamModel:
     backends: tuple[str, ...]
     declared: bool  # named in backends.toml (else discovered from an upstream's /v1/models)
     defaults: dict[str, Any] = field(default_factory=dict)
+    system: str = ""  # what a Modelfile sets for a local model; an upstream model has none of it
+    template: str = ""
+    messages: list[dict[str, str]] = field(default_factory=list)
 
 
 @dataclass(slots=True)
