@@ -81,6 +81,15 @@ class Tab:
 
 
 @pytest.fixture(scope="module")
+def daemon(tmp_path_factory):
+    """A daemon of this module's own: the page's answers are checked as text, so no other module's
+    requests (a reloaded context, a model default) may change what the shared one answers with."""
+    d = start_daemon(tmp_path_factory.mktemp("web-daemon-home"))
+    yield d
+    d.stop()
+
+
+@pytest.fixture(scope="module")
 def browser():
 
     with sync_playwright() as playwright:
