@@ -126,9 +126,7 @@ class RunnerHost:
                 self.choices[key] = _Choice(rid, index, OutputParser(family, text, names), request.reasoning_budget,
                                             context=list(prompt) if request.return_context else None)
         except Exception:
-            for key in keys:  # the choices already queued go too: the request failed as a whole
-                if self.choices.pop(key, None) is not None:
-                    self.engine.cancel(key)
+            self._drop(keys)  # the choices already queued go too: the request failed as a whole
             raise
         self.channel.send({"type": "accepted", "id": rid, "prompt_tokens": len(prompt)})
 
@@ -235,10 +233,14 @@ class RunnerHost:
         choice = self.choices.pop(key, None)
         if choice is None:
             return
-        for other in [k for k, c in self.choices.items() if c.request_id == choice.request_id]:
-            del self.choices[other]
-            self.engine.cancel(other)
+        self._drop([k for k, c in self.choices.items() if c.request_id == choice.request_id])
         self._error(choice.request_id, error)
+
+    def _drop(self, keys: list[str]) -> None:
+        """Forget these choices and cancel them in the engine (its Finished events then go nowhere)."""
+        for key in keys:
+            if self.choices.pop(key, None) is not None:
+                self.engine.cancel(key)
 
     def _emit(self, event: Token | Finished) -> list[dict[str, Any]]:
         """The protocol messages one engine event makes (none while text is held back)."""
