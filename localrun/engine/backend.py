@@ -101,8 +101,10 @@ def _cpu_extra_buffer_types():
     return ctypes.CFUNCTYPE(ctypes.POINTER(vp), vp)(address)(dev)
 
 
-def _buffer_types() -> list[tuple[str, int]]:
-    array, found, i = _cpu_extra_buffer_types(), [], 0
+def _buffer_types(array=None) -> list[tuple[str, int]]:
+    """(name, pointer) of each entry of the CPU device's extra buffer types (`array`, fetched if None)."""
+    array = _cpu_extra_buffer_types() if array is None else array
+    found, i = [], 0
     name = ggml_function("ggml_backend_buft_name", ctypes.c_char_p, ctypes.c_void_p)
     while array and array[i]:
         found.append((name(array[i]).decode(), array[i]))
@@ -126,9 +128,9 @@ def drop_extra_buffer_type(name: str) -> bool:
     repacking either, which costs prefill speed for no reason when only AMX is unusable. ggml computes
     with an extra buffer type only for weights stored in it, so a type no weight goes into is never run.
     """
-    found = _buffer_types()
-    keep = [buft for found_name, buft in found if found_name != name]
     array = _cpu_extra_buffer_types()
+    found = _buffer_types(array)
+    keep = [buft for found_name, buft in found if found_name != name]
     for j in range(len(found)):
         array[j] = keep[j] if j < len(keep) else None
     return len(keep) < len(found)
