@@ -49,16 +49,21 @@ class GenerateRequest:
         return cls(**data)
 
 
+# OpenAI's effort names (its ReasoningEffort enum) on the families' switch and their three efforts:
+# "none" turns thinking off, "minimal" is the lowest effort, "xhigh" and "max" the highest.
+SWITCHES: dict[str, tuple[bool, str | None]] = {"none": (False, None), "minimal": (True, "low"),
+                                               **{effort: (True, effort) for effort in EFFORTS},
+                                               "xhigh": (True, "high"), "max": (True, "high")}
+
+
 def thinking(value: bool | str | None, where: str) -> tuple[bool | None, str | None]:
     """(think, reasoning_effort) from a dialect's switch: Ollama's `think` (a bool or an effort),
-    OpenAI's `reasoning_effort` ("none" turns thinking off, "minimal" is the lowest effort)."""
+    OpenAI's reasoning effort (see `SWITCHES`)."""
     if value is None or isinstance(value, bool):
         return value, None
-    if value == "none":
-        return False, None
-    if value in ("minimal", *EFFORTS):
-        return True, "low" if value == "minimal" else value
-    raise InvalidRequest(f"{where}: expected true, false or one of none, minimal, low, medium, high; got {value!r}")
+    if value in SWITCHES:
+        return SWITCHES[value]
+    raise InvalidRequest(f"{where}: expected true, false or one of {', '.join(SWITCHES)}; got {value!r}")
 
 
 @dataclass(slots=True)
@@ -202,5 +207,5 @@ def decode_event(message: dict[str, Any]) -> Event:
     return Delta.from_dict(fields) if message["type"] == "delta" else Done.from_dict(fields)
 
 
-__all__ = ["EFFORTS", "thinking", "GenerateRequest", "Usage", "Timings", "TokenLogprob", "Delta", "ToolCall", "Done", "Event",
+__all__ = ["EFFORTS", "SWITCHES", "thinking", "GenerateRequest", "Usage", "Timings", "TokenLogprob", "Delta", "ToolCall", "Done", "Event",
            "decode_event", "encode_event"]

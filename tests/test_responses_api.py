@@ -219,3 +219,13 @@ def test_a_crash_mid_stream_ends_with_error_and_response_failed(client, daemon):
     assert failed.response.error.code == "server_error" and failed.response.error.message == error.message
     for event in (error, failed):
         conforms(event.model_dump(mode="json", exclude_unset=True), "ResponseStreamEvent")
+
+
+def test_a_thought_is_the_first_item_and_goes_back_as_the_assistants_reasoning():
+    items = t.output(Done(0, "stop", Timings(), text="Paris.", reasoning="Easy."), parallel=True)
+    assert [(item["type"], item["status"]) for item in items] == [("reasoning", "completed"), ("message", "completed")]
+    assert items[0]["content"] == [{"type": "reasoning_text", "text": "Easy."}] and items[0]["summary"] == []
+    chat = t.conversation(None, [{"role": "user", "content": "Capital?"}, *items])
+    assert (chat[-1]["content"], chat[-1]["reasoning_content"]) == ("Paris.", "Easy.")
+    cut = t.output(Done(0, "length", Timings(), reasoning="Hmm"), parallel=True)
+    assert [(item["type"], item["status"]) for item in cut] == [("reasoning", "incomplete")]

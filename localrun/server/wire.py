@@ -8,11 +8,16 @@ infinity (`1e400` is valid JSON) is refused wherever a number is expected.
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict
+from typing import Annotated
+
+from pydantic import BaseModel, ConfigDict, Field
 
 
 class WireModel(BaseModel):
     model_config = ConfigDict(extra="allow", strict=True, allow_inf_nan=False)
 
 
-__all__ = ["WireModel"]
+# localrun's extension on every dialect that has no budget of its own (Anthropic's thinking has one)
+ReasoningBudget = Annotated[int | None, Field(ge=0, lt=2**31, description="localrun: most thinking tokens, then the answer")]
+
+__all__ = ["ReasoningBudget", "WireModel"]

@@ -13,7 +13,7 @@ from typing import Any, Literal
 from pydantic import Field, model_validator
 
 from localrun.sampling import MAX_DRAFT
-from localrun.server.wire import WireModel
+from localrun.server.wire import ReasoningBudget, WireModel
 
 
 class Options(WireModel):
@@ -33,7 +33,7 @@ class Options(WireModel):
     presence_penalty: float | None = None
     frequency_penalty: float | None = None
     speculative: int | None = Field(None, ge=0, le=MAX_DRAFT, description="localrun: most tokens drafted per step; 0 = off")
-    reasoning_budget: int | None = Field(None, ge=0, lt=2**31, description="localrun: most thinking tokens, then the answer")
+    reasoning_budget: ReasoningBudget = None
 
 
 class _Generation(WireModel):

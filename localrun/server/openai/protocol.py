@@ -8,7 +8,7 @@ from typing import Any, Literal
 from pydantic import Field
 
 from localrun.sampling import MAX_DRAFT
-from localrun.server.wire import WireModel
+from localrun.server.wire import ReasoningBudget, WireModel
 
 
 class StreamOptions(WireModel):
@@ -57,7 +57,7 @@ class ChatCompletionRequest(SamplingFields):
     reasoning_effort: str | None = None  # none | minimal | low | medium | high
     # extensions: llama-server's template variables (enable_thinking, reasoning_effort are honoured)
     chat_template_kwargs: dict[str, Any] | None = None
-    reasoning_budget: int | None = Field(None, ge=0, lt=2**31, description="localrun: most thinking tokens, then the answer")
+    reasoning_budget: ReasoningBudget = None
 
 
 class CompletionRequest(SamplingFields):

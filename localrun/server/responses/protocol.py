@@ -10,7 +10,7 @@ from typing import Any, Literal
 from pydantic import Field
 
 from localrun.sampling import MAX_DRAFT
-from localrun.server.wire import WireModel
+from localrun.server.wire import ReasoningBudget, WireModel
 
 
 class TextFormat(WireModel):
@@ -26,8 +26,9 @@ class TextConfig(WireModel):
 
 
 class Reasoning(WireModel):
-    """Accepted and echoed, not used: the model's template decides what thinking means. Not checked
-    against a list either, since each new model generation brings new effort names."""
+    """`effort` goes onto the model family's thinking switch (translate.py); it is not checked against
+    a list, since each new model generation brings new effort names. `summary` is echoed: the
+    reasoning item carries the whole thought as reasoning_text, there is no summarizer."""
 
     effort: str | None = None
     summary: str | None = None
@@ -57,3 +58,4 @@ class ResponsesRequest(WireModel):
     num_ctx: int | None = Field(None, ge=16, description="localrun: context length per slot for this model")
     keep_alive: str | float | None = Field(None, description="localrun: how long the model stays loaded")
     speculative: int | None = Field(None, ge=0, le=MAX_DRAFT, description="localrun: most tokens drafted per step; 0 = off")
+    reasoning_budget: ReasoningBudget = None

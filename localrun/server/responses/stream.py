@@ -1,7 +1,11 @@
 """The Responses API's server-sent event sequence for one streamed response, each event numbered:
 
     response.created, response.in_progress           the response, status in_progress, no output yet
-    response.output_item.added      (message)        with the first text, or at the end if there is none
+    response.output_item.added      (reasoning)      with the first thinking, when the family splits it out
+    response.content_part.added                      an empty reasoning_text part
+    response.reasoning_text.delta  ...               the thought as it comes
+    response.reasoning_text.done, response.content_part.done, response.output_item.done
+    response.output_item.added      (message)        with the first text, or at the end if there is nothing
     response.content_part.added                      an empty output_text part
     response.output_text.delta  ...                  the text as it comes
     response.output_text.done, response.content_part.done, response.output_item.done
@@ -10,8 +14,10 @@
     response.completed | response.incomplete         the whole response with usage (incomplete: cut
                                                      by max_output_tokens or the context)
 
-A failure after the first byte (a runner crash) ends the stream with `error` and `response.failed`,
-numbered on from the events before them, so the writer keeps the count for the error path too.
+Items are numbered (output_index) in the order they open; thinking that comes back after the answer
+began opens a new reasoning item, as the model wrote it. A failure after the first byte (a runner
+crash) ends the stream with `error` and `response.failed`, numbered on from the events before them,
+so the writer keeps the count for the error path too.
 """
 
 from __future__ import annotations
@@ -19,7 +25,7 @@ from __future__ import annotations
 from typing import Any, AsyncIterator, Callable
 
 from localrun.errors import LocalrunError
-from localrun.native import Delta, Done
+from localrun.native import Delta
 from localrun.server import generation
 from localrun.server.responses import translate as t
 from localrun.server.streaming import sse
@@ -48,20 +54,18 @@ async def response_events(gen: generation.Generation, emit: EventWriter, paralle
     resp = emit.response
     yield emit("response.created", response=resp)
     yield emit("response.in_progress", response=resp)
-    message = _Message(emit)
+    output = _Output(emit)
     async for event in gen:
         if isinstance(event, Delta):
-            for chunk in message.text(event.text):
+            for chunk in output.add("reasoning", event.reasoning) + output.add("message", event.text):
                 yield chunk
             continue
         found = t.calls(event, parallel)
-        items = []
-        if message.open or not found:
-            for chunk in message.close(t.item_status(event)):
-                yield chunk
-            items.append(message.item)
+        empty = [] if output.open or output.items or found else output.open_as("message")  # nothing at all
+        for chunk in empty + output.close(t.item_status(event)):
+            yield chunk
         for call in found:
-            index, item_id = len(items), t.new_id("fc")
+            index, item_id = len(output.items), t.new_id("fc")
             item = t.call_item(item_id, call, "completed")
             yield emit("response.output_item.added", output_index=index, item=t.call_item(item_id, call, "in_progress"))
             yield emit("response.function_call_arguments.delta", item_id=item_id, output_index=index,
@@ -69,41 +73,70 @@ async def response_events(gen: generation.Generation, emit: EventWriter, paralle
             yield emit("response.function_call_arguments.done", item_id=item_id, output_index=index,
                        name=call.name, arguments=item["arguments"])
             yield emit("response.output_item.done", output_index=index, item=item)
-            items.append(item)
-        t.finish(resp, items, event)
+            output.items.append(item)
+        t.finish(resp, output.items, event)
         on_done(resp)
         yield emit(f"response.{resp['status']}", response=resp)
 
 
-class _Message:
-    """The assistant message item (output index 0): opened by the first text, closed at the end."""
+class _Output:
+    """The output items streamed so far, and the one still open (reasoning or the message)."""
 
     def __init__(self, emit: EventWriter) -> None:
         self.emit = emit
-        self.id = t.new_id("msg")
-        self.open = False
-        self.parts: list[str] = []
-        self.item: dict[str, Any] = {}
+        self.items: list[dict[str, Any]] = []
+        self.open: _Item | None = None
 
-    def text(self, text: str) -> list[str]:
+    def add(self, kind: str, text: str) -> list[str]:
         if not text:
             return []
-        out = [] if self.open else self._start()
-        self.parts.append(text)
-        return out + [self.emit("response.output_text.delta", item_id=self.id, output_index=0, content_index=0,
-                                delta=text, logprobs=[])]
+        out = self.open_as(kind)
+        return out + [self.open.delta(text)]
+
+    def open_as(self, kind: str) -> list[str]:
+        """Events that leave an item of `kind` open: another kind's item is closed first."""
+        if self.open is not None and self.open.kind == kind:
+            return []
+        out = self.close("completed")
+        self.open = _Item(self.emit, kind, len(self.items))
+        return out + self.open.start()
 
     def close(self, status: str) -> list[str]:
-        out = [] if self.open else self._start()
-        text = "".join(self.parts)
-        self.item = t.message_item(self.id, text, status)
-        where = {"item_id": self.id, "output_index": 0, "content_index": 0}
-        return out + [self.emit("response.output_text.done", **where, text=text, logprobs=[]),
-                      self.emit("response.content_part.done", **where, part=t.output_text(text)),
-                      self.emit("response.output_item.done", output_index=0, item=self.item)]
+        if self.open is None:
+            return []
+        out = self.open.close(status)
+        self.items.append(self.open.item)
+        self.open = None
+        return out
 
-    def _start(self) -> list[str]:
-        self.open = True
-        return [self.emit("response.output_item.added", output_index=0, item=t.message_item(self.id, "", "in_progress")),
-                self.emit("response.content_part.added", item_id=self.id, output_index=0, content_index=0,
-                          part=t.output_text(""))]
+
+class _Item:
+    """One output item with one streamed content part: reasoning_text in a reasoning item, or
+    output_text in the assistant message."""
+
+    _KINDS = {"reasoning": ("rs", "reasoning_text", t.reasoning_item, t.reasoning_text, {}),
+              "message": ("msg", "output_text", t.message_item, t.output_text, {"logprobs": []})}
+
+    def __init__(self, emit: EventWriter, kind: str, index: int) -> None:
+        prefix, self.part, self.make_item, self.make_part, self.extra = self._KINDS[kind]
+        self.emit, self.kind, self.index = emit, kind, index
+        self.id = t.new_id(prefix)
+        self.where = {"item_id": self.id, "output_index": index, "content_index": 0}
+        self.texts: list[str] = []
+        self.item: dict[str, Any] = {}
+
+    def start(self) -> list[str]:
+        return [self.emit("response.output_item.added", output_index=self.index,
+                          item=self.make_item(self.id, "", "in_progress")),
+                self.emit("response.content_part.added", **self.where, part=self.make_part(""))]
+
+    def delta(self, text: str) -> str:
+        self.texts.append(text)
+        return self.emit(f"response.{self.part}.delta", **self.where, delta=text, **self.extra)
+
+    def close(self, status: str) -> list[str]:
+        text = "".join(self.texts)
+        self.item = self.make_item(self.id, text, status)
+        return [self.emit(f"response.{self.part}.done", **self.where, text=text, **self.extra),
+                self.emit("response.content_part.done", **self.where, part=self.make_part(text)),
+                self.emit("response.output_item.done", output_index=self.index, item=self.item)]

@@ -6,7 +6,9 @@ and turns into the native conversation (one home for content and tool-call rules
     message (user/system/developer/assistant)   its text parts joined; images and files refused
     function_call                               a tool call of the assistant message it follows
     function_call_output                        a `tool` message (named after the call it answers)
-    reasoning                                   `reasoning_content` of the next assistant message
+    reasoning                                   `reasoning_content` of the next assistant message (its
+                                                summary and reasoning_text joined), which the model
+                                                family puts where its template reads past thinking
 
 `instructions` is the system message in front; a previous response's instructions are not carried
 over, as OpenAI documents. Tools of any type but `function` (web_search, local_shell, namespaces,
@@ -22,10 +24,10 @@ import uuid
 from typing import Any
 
 from localrun.errors import InvalidRequest
-from localrun.native import Done, GenerateRequest, Timings
+from localrun.native import SWITCHES, Done, GenerateRequest, Timings
 from localrun.sampling import SamplingParams, given
 from localrun.server.openai.translate import normalize_message
-from localrun.server.responses.protocol import ResponsesRequest
+from localrun.server.responses.protocol import Reasoning, ResponsesRequest
 
 _TEXT_PARTS = ("input_text", "output_text", "text", "summary_text", "reasoning_text")
 
@@ -48,7 +50,9 @@ def generate_request(body: ResponsesRequest, items: list[dict[str, Any]]) -> Gen
     functions = tools(body.tools)
     request = GenerateRequest(model=body.model, messages=conversation(body.instructions, items), tools=functions,
                               tool_choice=tool_choice(body.tool_choice) if functions else None,
-                              sampling=params, num_ctx=body.num_ctx, keep_alive=body.keep_alive)
+                              sampling=params, num_ctx=body.num_ctx, keep_alive=body.keep_alive,
+                              reasoning_budget=body.reasoning_budget)
+    request.think, request.reasoning_effort = effort_switch(body.reasoning)
     fmt = body.text.format if body.text else None
     if fmt is not None and fmt.type == "json_object":
         request.json_mode = True
@@ -57,6 +61,14 @@ def generate_request(body: ResponsesRequest, items: list[dict[str, Any]]) -> Gen
             raise InvalidRequest("text.format.schema must be a JSON schema object", "text.format.schema")
         request.json_schema = fmt.schema_
     return request
+
+
+def effort_switch(reasoning: Reasoning | None) -> tuple[bool | None, str | None]:
+    """`reasoning.effort` on the family's switch, as chat's `reasoning_effort` (native.SWITCHES). An
+    effort name this server does not know yet leaves thinking to the model: Codex sends whatever its
+    model catalogue says, and a refused name would fail every turn."""
+    effort = reasoning.effort if reasoning else None
+    return SWITCHES.get(effort, (None, None)) if effort else (None, None)
 
 
 def conversation(instructions: str | None, items: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -160,6 +172,17 @@ def output_text(text: str) -> dict[str, Any]:
     return {"type": "output_text", "text": text, "annotations": [], "logprobs": []}
 
 
+def reasoning_item(item_id: str, text: str, status: str) -> dict[str, Any]:
+    """The thought as it was generated (reasoning_text), as OpenAI's open-weight models report it;
+    there is no summary, and nothing is encrypted."""
+    return {"id": item_id, "type": "reasoning", "status": status, "summary": [], "encrypted_content": None,
+            "content": [reasoning_text(text)] if status != "in_progress" else []}
+
+
+def reasoning_text(text: str) -> dict[str, Any]:
+    return {"type": "reasoning_text", "text": text}
+
+
 def call_item(item_id: str, call: Any, status: str) -> dict[str, Any]:
     arguments = json.dumps(call.arguments) if status != "in_progress" else ""
     return {"id": item_id, "type": "function_call", "status": status, "call_id": call.id, "name": call.name,
@@ -172,8 +195,15 @@ def calls(done: Done, parallel: bool) -> list[Any]:
 
 
 def output(done: Done, parallel: bool) -> list[dict[str, Any]]:
+    """The reasoning, the message, the calls, in the order they were generated. The last item is
+    incomplete when the answer was cut; an answer with nothing at all is an empty message."""
     found = calls(done, parallel)
-    items = [message_item(new_id("msg"), done.text, item_status(done))] if done.text or not found else []
+    items = []
+    if done.reasoning:
+        last = not (done.text or found)
+        items.append(reasoning_item(new_id("rs"), done.reasoning, item_status(done) if last else "completed"))
+    if done.text or not (found or done.reasoning):
+        items.append(message_item(new_id("msg"), done.text, item_status(done)))
     return items + [call_item(new_id("fc"), call, "completed") for call in found]
 
 
