@@ -16,10 +16,11 @@ from pathlib import Path
 import anthropic
 import httpx
 import jsonschema
+import openai
 import pytest
 
 from localrun.server.anthropic.stream import with_pings
-from localrun.server.anthropic.translate import system_text
+from localrun.server.anthropic.translate import model_page, system_text
 from tests.tool_fixtures import ADD, WEATHER
 
 MODEL = "smollm2"
@@ -40,6 +41,35 @@ def client(daemon):
 
 def ask(text: str) -> list[dict]:
     return [{"role": "user", "content": text}]
+
+
+def test_models_come_in_anthropics_shape_to_the_anthropic_client_and_in_openais_to_others(client, daemon):
+    everything = [m.id for m in client.models.list(limit=1)]  # one per page: the SDK follows after_id
+    assert everything == [m.id for m in openai.OpenAI(base_url=f"{daemon.url}/v1", api_key="unused").models.list()]
+    assert "smollm2:135m" in everything
+    info = client.models.retrieve("smollm2")
+    assert (info.type, info.id, info.display_name, info.lifecycle) == ("model", "smollm2:135m", "smollm2:135m", "active")
+    assert info.created_at.tzinfo is not None and info.created_at.year >= 2026
+    page = httpx.get(f"{daemon.url}/v1/models", headers={"anthropic-version": "2023-06-01"}, timeout=10).json()
+    assert set(page) == {"data", "has_more", "first_id", "last_id"} and page["has_more"] is False
+    assert (page["first_id"], page["last_id"]) == (everything[0], everything[-1])
+    assert set(page["data"][0]) >= {"type", "id", "display_name", "created_at"}
+    with pytest.raises(anthropic.NotFoundError) as missing:
+        client.models.retrieve("no-such-model")
+    assert missing.value.body["type"] == "error" and missing.value.body["error"]["type"] == "not_found_error"
+    with pytest.raises(anthropic.BadRequestError, match="after_id"):
+        client.models.list(after_id="no-such-model")
+
+
+@pytest.mark.parametrize("after, before, limit, ids, more", [
+    (None, None, 2, ["a", "b"], True), (None, None, 5, ["a", "b", "c", "d"], False),
+    ("b", None, 1, ["c"], True), ("c", None, 5, ["d"], False), ("d", None, 5, [], False),
+    (None, "d", 2, ["b", "c"], True), (None, "c", 5, ["a", "b"], False), (None, "a", 5, [], False),
+])
+def test_anthropic_model_pages_follow_the_cursors(after, before, limit, ids, more):
+    page = model_page([{"id": i} for i in "abcd"], after, before, limit)
+    assert [m["id"] for m in page["data"]] == ids and page["has_more"] is more
+    assert (page["first_id"], page["last_id"]) == ((ids[0], ids[-1]) if ids else (None, None))
 
 
 def test_create_answers_with_text_and_usage(client):

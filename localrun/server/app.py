@@ -48,6 +48,7 @@ def create_app(config: Settings | None = None, store: Any = None, manager: Model
         return {"status": "ok", "version": __version__, "loaded_models": len(manager.loaded)}
 
     from localrun.server.anthropic.routes import router as anthropic
+    from localrun.server.model_list import router as model_list
     from localrun.server.ollama.routes import router as ollama
     from localrun.server.openai.routes import router as openai
     from localrun.server.perplexity import router as perplexity
@@ -61,6 +62,7 @@ def create_app(config: Settings | None = None, store: Any = None, manager: Model
 
         app.include_router(web)
     app.include_router(openai)
+    app.include_router(model_list)
     app.include_router(responses)
     app.include_router(ollama)
     app.include_router(anthropic)

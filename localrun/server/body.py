@@ -28,7 +28,7 @@ from typing import Any
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from localrun.server.errors import error_response, field_path
+from localrun.server.errors import dialect, error_response, field_path
 
 PARSED = "localrun.json"  # where the parsed body waits for the route in the ASGI scope
 MAX_JSON_DEPTH = 64
@@ -121,7 +121,6 @@ class BodyLimits:
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http" or scope["method"] in ("GET", "HEAD", "OPTIONS"):
             return await self.app(scope, receive, send)
-        path = scope["path"]
         declared = dict(scope.get("headers", [])).get(b"content-length", b"0")
         if declared.isdigit() and int(declared) > self.max_body:
             return await self._too_large(scope, receive, send)
@@ -129,7 +128,7 @@ class BodyLimits:
             read = await self._read(receive)
         except asyncio.TimeoutError:
             message = f"the request body did not arrive within {BODY_IDLE_TIMEOUT_S:.0f} s"
-            return await error_response(path, 408, message, {"Connection": "close"})(scope, receive, send)
+            return await error_response(dialect(scope), 408, message, {"Connection": "close"})(scope, receive, send)
         if read is None:
             return await self._too_large(scope, receive, send)
         body, values = read
@@ -138,14 +137,14 @@ class BodyLimits:
         else:
             parsed = parse(body, values, self.check)
         if parsed.refusal:
-            return await error_response(path, 400, parsed.refusal, param=parsed.param)(scope, receive, send)
+            return await error_response(dialect(scope), 400, parsed.refusal, param=parsed.param)(scope, receive, send)
         if parsed.ok:
             scope[PARSED] = parsed.data  # in the scope itself: the outer middlewares read what routing adds
         await self.app(scope, _replay(body, receive), send)
 
     async def _too_large(self, scope: Scope, receive: Receive, send: Send) -> None:
         message = f"request body larger than {self.max_body} bytes (LOCALRUN_MAX_BODY)"
-        await error_response(scope["path"], 413, message, {"Connection": "close"})(scope, receive, send)
+        await error_response(dialect(scope), 413, message, {"Connection": "close"})(scope, receive, send)
 
     async def _read(self, receive: Receive) -> tuple[bytes, int] | None:
         """(the whole body, its `structure`), or None as soon as it passes the size limit."""

@@ -1,6 +1,7 @@
-"""Errors in each dialect's own shape, chosen by the route's path.
+"""Errors in each dialect's own shape, chosen by the request (`dialect`):
 
-    /v1/messages...  Anthropic  {"type": "error", "error": {"type", "message"}}
+    /v1/messages...  Anthropic  {"type": "error", "error": {"type", "message"}}; also /v1/models...
+                                when the request carries `anthropic-version` (the anthropic SDKs do)
     /v1/...          OpenAI     {"error": {"message", "type", "param", "code"}}: `param` names the field
                                 at fault when it is known, `code` is a string or null, as OpenAI sends
     anything else    Ollama     {"error": "message"}
@@ -15,6 +16,7 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException
+from starlette.types import Scope
 
 from localrun.errors import InvalidRequest, LocalrunError, ModelNotFound, Overloaded
 
@@ -26,15 +28,20 @@ _ANTHROPIC_TYPES = {400: "invalid_request_error", 401: "authentication_error", 4
                     404: "not_found_error", 413: "request_too_large", 429: "rate_limit_error", 503: "overloaded_error"}
 
 
-def dialect(path: str) -> str:
+def dialect(scope: Scope) -> str:
+    """"anthropic", "openai" or "ollama": whose API an HTTP request's path (and, on the one path two
+    dialects share, its headers) belongs to."""
+    path = scope.get("path", "")
     if path.startswith("/v1/messages"):
+        return "anthropic"
+    if path.startswith("/v1/models") and any(name == b"anthropic-version" for name, _ in scope.get("headers", ())):
         return "anthropic"
     return "openai" if path.startswith("/v1/") else "ollama"
 
 
-def error_body(path: str, status: int, message: str, param: str | None = None,
+def error_body(kind: str, status: int, message: str, param: str | None = None,
                code: str | None = None) -> dict[str, Any]:
-    kind = dialect(path)
+    """The error in dialect `kind`'s shape (see `dialect`)."""
     if kind == "anthropic":
         return {"type": "error", "error": {"type": _ANTHROPIC_TYPES.get(status, "api_error"), "message": message}}
     if kind == "openai":
@@ -46,16 +53,16 @@ def error_body(path: str, status: int, message: str, param: str | None = None,
 _OPENAI_CODES = {401: "invalid_api_key", 413: "request_too_large", 429: "rate_limit_exceeded"}
 
 
-def error_response(path: str, status: int, message: str, headers: dict[str, str] | None = None,
+def error_response(kind: str, status: int, message: str, headers: dict[str, str] | None = None,
                    param: str | None = None, code: str | None = None) -> JSONResponse:
-    return JSONResponse(error_body(path, status, message, param, code), status_code=status, headers=headers)
+    return JSONResponse(error_body(kind, status, message, param, code), status_code=status, headers=headers)
 
 
-def localrun_error_response(path: str, error: LocalrunError) -> JSONResponse:
+def localrun_error_response(kind: str, error: LocalrunError) -> JSONResponse:
     headers = {"Retry-After": str(error.retry_after)} if isinstance(error, Overloaded) else None
     param = error.param if isinstance(error, InvalidRequest) else None
     code = "model_not_found" if isinstance(error, ModelNotFound) else None
-    return error_response(path, error.status, error.message, headers, param, code)
+    return error_response(kind, error.status, error.message, headers, param, code)
 
 
 def field_path(path: tuple[Any, ...]) -> str:
@@ -84,20 +91,20 @@ def install(app: FastAPI) -> None:
 
     @app.exception_handler(LocalrunError)
     async def _localrun(request: Request, exc: LocalrunError) -> JSONResponse:
-        return localrun_error_response(request.url.path, exc)
+        return localrun_error_response(dialect(request.scope), exc)
 
     @app.exception_handler(RequestValidationError)
     async def _invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
         errors = exc.errors()
         param = _field(tuple(errors[0].get("loc", ()))) or None if errors else None
-        return error_response(request.url.path, 400, _validation_message(exc), param=param)
+        return error_response(dialect(request.scope), 400, _validation_message(exc), param=param)
 
     @app.exception_handler(HTTPException)
     async def _http(request: Request, exc: HTTPException) -> JSONResponse:
-        return error_response(request.url.path, exc.status_code, str(exc.detail), dict(exc.headers or {}))
+        return error_response(dialect(request.scope), exc.status_code, str(exc.detail), dict(exc.headers or {}))
 
     @app.exception_handler(Exception)
     async def _unexpected(request: Request, exc: Exception) -> JSONResponse:
         log.exception("unexpected error on %s", request.url.path)
-        return error_response(request.url.path, 500, f"internal error ({type(exc).__name__}); the server log "
+        return error_response(dialect(request.scope), 500, f"internal error ({type(exc).__name__}); the server log "
                               "has the details")

@@ -14,7 +14,7 @@ From the outside in (see `install`):
                   (413), JSON size and nesting, valid Unicode text, and the counts a request may ask
                   for (messages, inputs, max tokens) (400).
 
-Every refusal is a JSON error in the dialect of the path (server/errors.py).
+Every refusal is a JSON error in the dialect of the request (server/errors.py).
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ from localrun.config import Settings
 from localrun.errors import UsageError
 from localrun.hosts import is_loopback, split_host
 from localrun.server.body import BodyLimits
-from localrun.server.errors import error_response
+from localrun.server.errors import dialect, error_response
 
 OPEN_PATHS = frozenset({"/health", "/"})
 OPEN_PREFIX = "/ui/"  # the chat page's files (server/web): public, they ship in the package
@@ -133,7 +133,7 @@ class OriginGuard:
         if scope["type"] == "http":
             refusal = self.refusal(_headers(scope))
             if refusal:
-                return await error_response(scope["path"], 403, refusal)(scope, receive, send)
+                return await error_response(dialect(scope), 403, refusal)(scope, receive, send)
         await self.app(scope, receive, send)
 
     def refusal(self, headers: dict[bytes, bytes]) -> str | None:
@@ -155,7 +155,7 @@ class KeyGuard:
         path = scope.get("path", "")  # a lifespan scope has none
         if scope["type"] == "http" and self.keys and path not in OPEN_PATHS and not path.startswith(OPEN_PREFIX):
             if not key_matches(presented_key(_headers(scope)), self.keys):
-                response = error_response(scope["path"], 401, "missing or invalid API key: send it as "
+                response = error_response(dialect(scope), 401, "missing or invalid API key: send it as "
                                           "`Authorization: Bearer KEY` or `x-api-key: KEY`",
                                           {"WWW-Authenticate": "Bearer"})
                 return await response(scope, receive, send)

@@ -27,7 +27,7 @@ router = APIRouter(tags=["anthropic"], route_class=JSONBodyRoute)
 
 
 def _stream_error(e: LocalrunError) -> str:
-    return sse(error_body("/v1/messages", e.status, e.message), event="error")
+    return sse(error_body("anthropic", e.status, e.message), event="error")
 
 
 @router.post("/v1/messages")

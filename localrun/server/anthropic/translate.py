@@ -11,6 +11,7 @@ refused: no model here has vision.
 from __future__ import annotations
 
 import uuid
+from datetime import datetime, timezone
 from typing import Any
 
 from localrun.errors import InvalidRequest
@@ -241,3 +242,34 @@ def usage(t: Timings) -> dict[str, Any]:
 
 def text_block(text: str) -> dict[str, Any]:
     return {"type": "text", "text": text, "citations": None}
+
+
+# --- models ---------------------------------------------------------------------------------------
+
+def model_info(name: str, created: datetime | None) -> dict[str, Any]:
+    """A model in Anthropic's ModelInfo shape. `created_at` is when it entered the store (the epoch
+    for a model another server answers for, as Anthropic does for an unknown release date)."""
+    when = (created or datetime.fromtimestamp(0, timezone.utc)).astimezone(timezone.utc)
+    return {"type": "model", "id": name, "display_name": name, "created_at": when.strftime("%Y-%m-%dT%H:%M:%SZ"),
+            "lifecycle": "active"}
+
+
+def model_page(infos: list[dict[str, Any]], after_id: str | None, before_id: str | None,
+               limit: int) -> dict[str, Any]:
+    """One page of Anthropic's model list: `limit` models after `after_id`, or the last `limit` before
+    `before_id`, or the first `limit`; `has_more` says whether more lie beyond, in that direction."""
+    ids = [info["id"] for info in infos]
+    for key, cursor in (("after_id", after_id), ("before_id", before_id)):
+        if cursor is not None and cursor not in ids:
+            raise InvalidRequest(f"{key}: no model {cursor!r}"[:300], key)
+    if before_id is not None:
+        end = ids.index(before_id)
+        start = max(0, end - limit)
+        more = start > 0
+    else:
+        start = ids.index(after_id) + 1 if after_id is not None else 0
+        end = start + limit
+        more = end < len(ids)
+    page = infos[start:end]
+    return {"data": page, "has_more": more, "first_id": page[0]["id"] if page else None,
+            "last_id": page[-1]["id"] if page else None}

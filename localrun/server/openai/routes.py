@@ -21,33 +21,7 @@ router = APIRouter(tags=["openai"], route_class=JSONBodyRoute)
 
 
 def _stream_error(e: LocalrunError) -> str:
-    return sse(error_body("/v1/", e.status, e.message))
-
-
-@router.get("/v1/models")
-async def list_models(request: Request) -> dict[str, Any]:
-    models = request.app.state.store.list()
-    upstreams = request.app.state.manager.upstreams
-    remote = [_upstream_model(m) for m in upstreams.models()] if upstreams else []
-    return {"object": "list", "data": [_model(m) for m in models] + remote}
-
-
-@router.get("/v1/models/{model_id:path}")
-async def get_model(model_id: str, request: Request) -> dict[str, Any]:
-    route = await request.app.state.manager.upstream(model_id)
-    if route is not None:
-        return _upstream_model(route.model)
-    return _model(request.app.state.store.resolve(model_id))
-
-
-def _model(m: Any) -> dict[str, Any]:
-    return {"id": m.name, "object": "model", "created": int(m.modified.timestamp()), "owned_by": "localrun"}
-
-
-def _upstream_model(m: Any) -> dict[str, Any]:
-    """A model another server answers for: `owned_by` and `backend` say which backend(s) of backends.toml."""
-    return {"id": m.name, "object": "model", "created": 0, "owned_by": f"backend:{','.join(m.backends)}",
-            "backend": ",".join(m.backends)}
+    return sse(error_body("openai", e.status, e.message))
 
 
 @router.post("/v1/chat/completions")

@@ -200,3 +200,14 @@ def completion_logprobs(items: list[TokenLogprob], offset: int = 0) -> dict[str,
 
 def finish_reason(done: Done) -> str:
     return "tool_calls" if done.tool_calls else ("length" if done.finish_reason == "length" else "stop")
+
+
+def model(m: Any) -> dict[str, Any]:
+    """A model of the store in OpenAI's Model shape."""
+    return {"id": m.name, "object": "model", "created": int(m.modified.timestamp()), "owned_by": "localrun"}
+
+
+def upstream_model(m: Any) -> dict[str, Any]:
+    """A model another server answers for: `owned_by` and `backend` say which backend(s) of backends.toml."""
+    return {"id": m.name, "object": "model", "created": 0, "owned_by": f"backend:{','.join(m.backends)}",
+            "backend": ",".join(m.backends)}
