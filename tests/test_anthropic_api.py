@@ -20,7 +20,7 @@ import openai
 import pytest
 
 from localrun.server.anthropic.stream import with_pings
-from localrun.server.anthropic.translate import model_page, system_text
+from localrun.server.anthropic.translate import model_page, system_text, tools
 from tests.tool_fixtures import ADD, WEATHER
 
 MODEL = "smollm2"
@@ -137,6 +137,14 @@ def test_named_tool_choice_is_honoured(client):
     [use] = message.content
     assert use.name == "add"
     jsonschema.validate(use.input, ADD["parameters"])
+
+
+def test_server_tools_and_deferred_tools_stay_out_of_the_prompt():
+    deferred = {"name": "DeferredToolPlaceholder", "description": "never call this tool",
+                "input_schema": {"type": "object", "properties": {}}, "defer_loading": True}
+    specs = [anthropic_tool(ADD), {"type": "web_search_20250305", "name": "web_search", "max_uses": 3}, deferred]
+    assert [tool["name"] for tool in tools(specs)] == ["add"]
+    assert tools([deferred]) is None
 
 
 def test_full_tool_round_trip(client):

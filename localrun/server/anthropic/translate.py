@@ -173,10 +173,12 @@ def _unsupported(kind: Any, where: str = "messages") -> InvalidRequest:
 
 def tools(specs: list[dict[str, Any]] | None) -> list[dict[str, Any]] | None:
     """Client tools in native form. Anthropic's server tools (web search, code execution: a `type`
-    and no `input_schema`) run on Anthropic's side, so they are left out."""
+    and no `input_schema`) run on Anthropic's side, so they are left out; so are tools with
+    `defer_loading: true`, which Anthropic keeps out of the model's context until its tool search
+    finds them (Claude Code sends a placeholder of that kind with every request)."""
     native = []
     for spec in specs or []:
-        if "input_schema" not in spec and spec.get("type") not in (None, "custom"):
+        if ("input_schema" not in spec and spec.get("type") not in (None, "custom")) or spec.get("defer_loading") is True:
             continue
         if not spec.get("name") or not isinstance(spec.get("input_schema"), dict):
             raise InvalidRequest("tools: each tool needs a name and an input_schema object")
