@@ -9,8 +9,11 @@ so the request is a few hundred tokens and `launch claude --min-context` lets Sm
 
 Claude Code sets no temperature and lets the model write up to its output limit, and SmolLM2 at its
 default temperature rambles to that limit (a minute and more on two cores, then Claude Code asks it
-to go on). The test model is made by `localrun create` from a Modelfile that gives short answers:
-temperature 0, and the end of the first sentence or line as a stop sequence.
+to go on). The test models are made by `localrun create` from Modelfiles, as a user would make them:
+one gives short answers (temperature 0, the end of the first sentence or line as a stop sequence); the
+other is taught by two example turns (MESSAGE) to call Claude Code's Read tool when asked `Read: PATH`,
+since SmolLM2 never calls a tool on its own. The call is the model's own output, parsed by localrun;
+Claude Code reads the file and sends it back as a tool_result in the next request.
 """
 
 from __future__ import annotations
@@ -33,21 +36,45 @@ QUIET = {"CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1", "DISABLE_AUTOUPDATER":
          **{name: "http://127.0.0.1:9" for name in ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "http_proxy",
                                                     "https_proxy", "all_proxy")},
          "NO_PROXY": "127.0.0.1,localhost", "no_proxy": "127.0.0.1,localhost"}
+READER_MODELFILE = '''FROM smollm2
+PARAMETER temperature 0
+MESSAGE user Read: /home/user/notes.md
+MESSAGE assistant """<tool_call>
+{"name": "Read", "arguments": {"file_path": "/home/user/notes.md"}}
+</tool_call>"""
+MESSAGE user Read: /etc/hostname
+MESSAGE assistant """<tool_call>
+{"name": "Read", "arguments": {"file_path": "/etc/hostname"}}
+</tool_call>"""
+'''
+
+
+def create(daemon, tmp_path_factory, name: str, modelfile: str) -> str:
+    path = tmp_path_factory.mktemp(name) / "Modelfile"
+    path.write_text(modelfile)
+    subprocess.run([sys.executable, "-m", "localrun", "create", name, "-f", str(path)],
+                   env=daemon.env(), check=True, capture_output=True, timeout=120)
+    return f"{name}:latest"
 
 
 @pytest.fixture(scope="module")
 def terse_model(daemon, tmp_path_factory) -> str:
-    modelfile = tmp_path_factory.mktemp("terse") / "Modelfile"
-    modelfile.write_text(TERSE_MODELFILE)
-    subprocess.run([sys.executable, "-m", "localrun", "create", "claude-smollm2", "-f", str(modelfile)],
-                   env=daemon.env(), check=True, capture_output=True, timeout=120)
-    return "claude-smollm2:latest"
+    return create(daemon, tmp_path_factory, "claude-smollm2", TERSE_MODELFILE)
 
 
-def claude_print(daemon, tmp_path: Path, model: str, prompt: str, *args: str) -> dict:
-    """`claude -p PROMPT --output-format json` through `localrun launch claude`; its result object."""
+@pytest.fixture(scope="module")
+def reader_model(daemon, tmp_path_factory) -> str:
+    return create(daemon, tmp_path_factory, "claude-reader", READER_MODELFILE)
+
+
+def claude_print(daemon, tmp_path: Path, model: str, prompt: str, *args: str,
+                 files: dict[str, str] | None = None) -> dict:
+    """`claude -p PROMPT --output-format json` through `localrun launch claude`, in a work folder
+    holding `files`; its result object."""
     work = tmp_path / "work"
     work.mkdir()
+    for name, text in (files or {}).items():
+        (work / name).write_text(text)
     env = {**daemon.env(), "HOME": str(tmp_path), **QUIET}
     command = [sys.executable, "-m", "localrun", "launch", "claude", model, "--ctx", "4096", "--min-context", "2048",
                "--", "-p", prompt, "--system-prompt", "You are terse.", "--output-format", "json",
@@ -65,6 +92,21 @@ def test_claude_code_answers_a_prompt_through_localrun(daemon, tmp_path, terse_m
     assert out["result"] and out["stop_reason"] in ("end_turn", "stop_sequence")
     assert list(out["modelUsage"]) == [terse_model]
     # the answer Claude Code printed is the one the daemon generated for it
-    [generated] = re.findall(rf"POST /v1/messages 200 model={re.escape(terse_model)} prompt=\d+ generated=(\d+)",
-                             daemon.log.read_text()[logged:])
-    assert int(generated) == out["usage"]["output_tokens"]
+    assert generated(daemon, terse_model, logged) == [out["usage"]["output_tokens"]]
+
+
+def generated(daemon, model: str, logged: int) -> list[int]:
+    """Tokens the daemon generated for each /v1/messages request of `model` since `logged` bytes of its log."""
+    line = rf"POST /v1/messages 200 model={re.escape(model)} prompt=\d+ generated=(\d+)"
+    return [int(n) for n in re.findall(line, daemon.log.read_text()[logged:])]
+
+
+def test_claude_codes_read_call_runs_and_the_file_comes_back_to_the_model(daemon, tmp_path, reader_model):
+    logged = len(daemon.log.read_text())
+    note = tmp_path / "work" / "note.txt"
+    out = claude_print(daemon, tmp_path, reader_model, f"Read: {note}", "--tools", "Read",
+                       files={"note.txt": "The secret word is marmalade.\n"})
+    assert (out["subtype"], out["is_error"], out["num_turns"], out["permission_denials"]) == ("success", False, 2, [])
+    # the word is only in the file: Claude Code ran the model's Read call and sent the file back to it
+    assert "marmalade" in out["result"]
+    assert sum(generated(daemon, reader_model, logged)) == out["usage"]["output_tokens"]
