@@ -135,6 +135,11 @@ class Engine:
             seq.state.forced.extend(tokens)
 
     @property
+    def threads(self) -> int:
+        """The CPU threads the next step runs with (the tuner may change them between steps)."""
+        return self._threads
+
+    @property
     def has_work(self) -> bool:
         return self.scheduler.has_work
 
@@ -211,7 +216,8 @@ class Engine:
             raise LocalrunError(f"llama_decode failed with status {status} ({self.batch.n} tokens)")
         self.scheduler.commit(chunks)
         if self._tuner and all(not c.seq.prefilling and c.n == 1 for c in chunks):
-            self._tuner.record(threads, self.batch.n, time.perf_counter() - start)
+            end = time.perf_counter()
+            self._tuner.record(threads, self.batch.n, end - start, end)
 
     def _tuned_threads(self) -> int:
         if self._tuner and self._tuner.threads != self._threads:
