@@ -207,5 +207,5 @@ def decode_event(message: dict[str, Any]) -> Event:
     return Delta.from_dict(fields) if message["type"] == "delta" else Done.from_dict(fields)
 
 
-__all__ = ["EFFORTS", "SWITCHES", "thinking", "GenerateRequest", "Usage", "Timings", "TokenLogprob", "Delta", "ToolCall", "Done", "Event",
-           "decode_event", "encode_event"]
+__all__ = ["EFFORTS", "SWITCHES", "thinking", "GenerateRequest", "Usage", "Timings", "TokenLogprob", "Delta",
+           "ToolCall", "Done", "Event", "decode_event", "encode_event"]

@@ -21,7 +21,8 @@ router = APIRouter(tags=["openai", "anthropic"])
 
 @router.get("/v1/models")
 async def list_models(request: Request, after_id: str | None = None, before_id: str | None = None,
-                      limit: int = Query(20, ge=1, le=1000, description="Anthropic: models per page")) -> dict[str, Any]:
+                      limit: int = Query(20, ge=1, le=1000, description="Anthropic: models per page"),
+                      ) -> dict[str, Any]:
     models = request.app.state.store.list()
     upstreams = request.app.state.manager.upstreams
     remote = upstreams.models() if upstreams else []
@@ -37,5 +38,5 @@ async def get_model(model_id: str, request: Request) -> dict[str, Any]:
     route = await request.app.state.manager.upstream(model_id)
     local = None if route is not None else request.app.state.store.resolve(model_id)
     if dialect(request.scope) == "anthropic":
-        return anthropic.model_info(model_id, None) if local is None else anthropic.model_info(local.name, local.modified)
-    return openai.upstream_model(route.model) if local is None else openai.model(local)
+        return anthropic.model_info(local.name, local.modified) if local else anthropic.model_info(route.model.name, None)
+    return openai.model(local) if local else openai.upstream_model(route.model)

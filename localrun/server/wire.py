@@ -18,6 +18,7 @@ class WireModel(BaseModel):
 
 
 # localrun's extension on every dialect that has no budget of its own (Anthropic's thinking has one)
-ReasoningBudget = Annotated[int | None, Field(ge=0, lt=2**31, description="localrun: most thinking tokens, then the answer")]
+ReasoningBudget = Annotated[int | None,
+                            Field(ge=0, lt=2**31, description="localrun: most thinking tokens, then the answer")]
 
 __all__ = ["ReasoningBudget", "WireModel"]

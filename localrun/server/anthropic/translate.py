@@ -178,7 +178,8 @@ def tools(specs: list[dict[str, Any]] | None) -> list[dict[str, Any]] | None:
     finds them (Claude Code sends a placeholder of that kind with every request)."""
     native = []
     for spec in specs or []:
-        if ("input_schema" not in spec and spec.get("type") not in (None, "custom")) or spec.get("defer_loading") is True:
+        server_tool = "input_schema" not in spec and spec.get("type") not in (None, "custom")
+        if server_tool or spec.get("defer_loading") is True:
             continue
         if not spec.get("name") or not isinstance(spec.get("input_schema"), dict):
             raise InvalidRequest("tools: each tool needs a name and an input_schema object")
