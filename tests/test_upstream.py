@@ -91,6 +91,11 @@ def test_upstream_model_is_listed_beside_local_ones_and_marked_with_its_backend(
     tags = {m["name"]: m for m in httpx.get(f"{front.url}/api/tags", headers=headers).json()["models"]}
     assert tags[REMOTE]["remote_host"] == "backend:gpu" and "remote_host" not in tags["smollm2:135m"]
     assert httpx.get(f"{front.url}/v1/models/{REMOTE}", headers=headers).json()["owned_by"] == "backend:gpu"
+    anthropic_headers = {**headers, "anthropic-version": "2023-06-01"}
+    page = httpx.get(f"{front.url}/v1/models", headers=anthropic_headers).json()
+    assert {REMOTE, "smollm2:135m"} <= {m["id"] for m in page["data"]}
+    info = httpx.get(f"{front.url}/v1/models/{REMOTE}", headers=anthropic_headers).json()
+    assert (info["type"], info["id"], info["created_at"]) == ("model", REMOTE, "1970-01-01T00:00:00Z")
 
 
 def test_openai_chat_through_the_front_gives_the_replicas_greedy_answer_with_usage(front, replicas):
