@@ -91,6 +91,7 @@ class Timings:
     load_ms: float = 0.0
     draft_tokens: int = 0  # speculative decoding: tokens drafted for this request
     draft_accepted: int = 0  # of those, the ones the model confirmed and that were used
+    reasoning_tokens: int = 0  # of generated_tokens, the ones inside the thought (the runner counts them)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

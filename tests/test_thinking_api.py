@@ -172,6 +172,8 @@ def test_responses_put_the_reasoning_item_before_the_message_and_stream_it_in_or
     assert (reasoning.type, reasoning.summary, reasoning.status) == ("reasoning", [], "completed")
     assert [(p.type, p.text) for p in reasoning.content] == [("reasoning_text", chat.reasoning_content)]
     assert message.type == "message" and answer.output_text == chat.content
+    # the budget's thinking tokens, then the end-of-thought marker the engine wrote, are the thought
+    assert BUDGET <= answer.usage.output_tokens_details.reasoning_tokens < answer.usage.output_tokens
     conforms(answer.model_dump(mode="json", exclude_unset=True), "Response")
 
     events = list(oai.responses.create(**request, stream=True))
@@ -197,6 +199,7 @@ def test_responses_reasoning_effort_is_the_thinking_switch(oai):
     request = dict(model=MODEL, input=ASK[0]["content"], temperature=0, max_output_tokens=12)
     off = oai.responses.create(**request, reasoning={"effort": "none"})
     assert [item.type for item in off.output] == ["message"] and off.output_text
+    assert off.usage.output_tokens_details.reasoning_tokens == 0
     # unbounded, SmolLM2 thinks until the limit: the one item is the cut thought
     [thought] = oai.responses.create(**request, reasoning={"effort": "xhigh"}).output
     assert thought.type == "reasoning" and thought.status == "incomplete" and thought.content[0].text

@@ -34,8 +34,8 @@ SHUTDOWN = {"op": "shutdown"}
 @dataclass(slots=True)
 class _Choice:
     """The runner's view of one engine sequence: which request and choice it serves, its answer and
-    thinking so far. The family's parser splits the text; with a reasoning budget, the thinking
-    tokens are counted and the thought is closed once they reach it."""
+    thinking so far. The family's parser splits the text; the thinking tokens are counted (usage
+    reports them), and with a reasoning budget the thought is closed once they reach it."""
 
     request_id: str
     index: int
@@ -47,8 +47,8 @@ class _Choice:
     context: list[int] | None = None  # prompt + generated token ids, when the request wants them back
 
     def over_budget(self) -> bool:
-        """True once, when this token makes the thinking reach its budget."""
-        if self.budget is None or not self.parser.thinking:
+        """Counts this token when it is thinking; True once, when that makes the thinking reach its budget."""
+        if not self.parser.thinking:
             return False
         self.thought_tokens += 1
         return self.thought_tokens == self.budget
@@ -260,7 +260,8 @@ class RunnerHost:
         del self.choices[event.request_id]
         reasoning, rest, calls = choice.parser.finish(cut_off=event.reason == "length" or bool(event.stop_text))
         out = [self._delta(choice, rest, [], reasoning)] if rest or reasoning else []
-        done = Done(choice.index, "tool_calls" if calls else event.reason, event.timings, "".join(choice.text), calls,
+        timings = replace(event.timings, reasoning_tokens=choice.thought_tokens)
+        done = Done(choice.index, "tool_calls" if calls else event.reason, timings, "".join(choice.text), calls,
                     event.stop_text, choice.context, "".join(choice.reasoning))
         out.append(encode_event(choice.request_id, done))
         return out

@@ -219,7 +219,7 @@ def usage(t: Timings) -> dict[str, Any]:
     """OpenAI counts cached tokens inside input_tokens (Anthropic counts them apart)."""
     return {"input_tokens": t.prompt_tokens,
             "input_tokens_details": {"cached_tokens": t.cached_tokens, "cache_write_tokens": 0},
-            "output_tokens": t.generated_tokens, "output_tokens_details": {"reasoning_tokens": 0},
+            "output_tokens": t.generated_tokens, "output_tokens_details": {"reasoning_tokens": t.reasoning_tokens},
             "total_tokens": t.prompt_tokens + t.generated_tokens}
 
 
