@@ -25,6 +25,7 @@ from fastapi.responses import PlainTextResponse
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from localrun.native import Delta, Done, Event
+from localrun.ops import HealthCheck, ask
 
 TTFT_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
 TPS_BUCKETS = (1.0, 5.0, 10.0, 25.0, 50.0, 100.0, 200.0, 400.0, 800.0, 1600.0)
@@ -199,8 +200,7 @@ async def _running_sequences(loaded: Any) -> int | None:
     if not loaded.runner.alive:
         return None
     try:
-        value = await asyncio.wait_for(loaded.runner.call("health"), RUNNER_HEALTH_TIMEOUT_S)
-        return int(value["running"])
+        return (await asyncio.wait_for(ask(loaded.runner, HealthCheck()), RUNNER_HEALTH_TIMEOUT_S)).running
     except Exception:  # a dying or busy runner must not break the scrape
         return None
 

@@ -8,7 +8,7 @@ import asyncio
 import logging
 import time
 from datetime import datetime, timedelta, timezone
-from typing import Any, AsyncIterator, Callable
+from typing import Any, AsyncIterator, Awaitable, Callable
 
 from fastapi import APIRouter, Request
 from fastapi.responses import PlainTextResponse, Response
@@ -17,7 +17,8 @@ from localrun import __version__
 from localrun.durations import parse_duration
 from localrun.errors import DiskFull, DownloadError, InvalidRequest, LocalrunError, SourceRefused
 from localrun.native import Delta, Done, GenerateRequest as NativeRequest
-from localrun.server import generation
+from localrun.ops import Embeddings
+from localrun.server import generation, operations
 from localrun.server.hangup import unless_hung_up
 from localrun.server.jsonbody import JSONBodyRoute
 from localrun.server.manager import Loaded, ModelManager
@@ -250,25 +251,19 @@ async def _load(manager: ModelManager, body: Body) -> str:
 async def embed(body: EmbedRequest, request: Request) -> dict[str, Any]:
     started = time.perf_counter_ns()
     inputs = [body.input] if isinstance(body.input, str) else body.input
-    inputs = [text for text in inputs if text]  # Ollama: no input only loads the model
-    value, load_ns = await _embed(request.app.state.manager, body, inputs)
-    return {"model": body.model, "embeddings": shortened(value["embeddings"], body.dimensions),
-            "total_duration": time.perf_counter_ns() - started, "load_duration": load_ns,
-            "prompt_eval_count": value["prompt_tokens"]}
+    answer = await _embed(request.app.state.manager, body, [text for text in inputs if text])
+    return {"model": body.model, "embeddings": shortened(answer.embeddings, body.dimensions),
+            "total_duration": time.perf_counter_ns() - started, "load_duration": int(answer.load_ms * 1e6),
+            "prompt_eval_count": answer.prompt_tokens}
 
 
 @router.post("/api/embeddings")
 async def embeddings(body: EmbeddingsRequest, request: Request) -> dict[str, Any]:
-    value, _ = await _embed(request.app.state.manager, body, [body.prompt] if body.prompt else [])
-    return {"embedding": value["embeddings"][0] if value["embeddings"] else []}
+    answer = await _embed(request.app.state.manager, body, [body.prompt] if body.prompt else [])
+    return {"embedding": answer.embeddings[0] if answer.embeddings else []}
 
 
-async def _embed(manager: ModelManager, body: EmbedRequest | EmbeddingsRequest,
-                 inputs: list[str]) -> tuple[dict[str, Any], int]:
-    """The runner's vectors for `inputs` (none: just load), and how long loading took in ns."""
-    started = time.perf_counter_ns()
-    async with manager.lease(body.model, body.options.num_ctx if body.options else None, body.keep_alive) as loaded:
-        load_ns = time.perf_counter_ns() - started
-        if not inputs:
-            return {"embeddings": [], "prompt_tokens": 0}, load_ns
-        return await loaded.runner.call("embed", inputs=inputs, truncate=body.truncate), load_ns
+def _embed(manager: ModelManager, body: EmbedRequest | EmbeddingsRequest, inputs: list[str]) -> Awaitable[Embeddings]:
+    """The vectors for `inputs` (none: Ollama only loads the model), with the body's num_ctx and keep_alive."""
+    return operations.embed(manager, body.model, inputs, body.truncate, body.options.num_ctx if body.options else None,
+                            body.keep_alive)
