@@ -11,7 +11,9 @@ import pytest
 
 from localrun import native, ops
 from localrun.engine import events
-from localrun.native import Delta, Done, GenerateRequest, Timings, TokenLogprob, ToolCall, decode_event, encode_event
+from localrun.native import (
+    Delta, Done, GenerateRequest, Started, Timings, TokenLogprob, ToolCall, decode_event, encode_event,
+)
 from localrun.runner.protocol import encode
 from localrun.sampling import SamplingParams
 
@@ -43,6 +45,12 @@ def test_a_done_with_tool_calls_round_trips():
                 [ToolCall("call_1", "get_weather", {"city": "Paris", "days": [1, 2]})])
     message = over_the_pipe(encode_event("r2", done))
     assert message["type"] == "done" and decode_event(message) == done
+
+
+def test_a_started_choice_round_trips():
+    started = Started(1, 42)
+    message = over_the_pipe(encode_event("r5", started))
+    assert message["type"] == "started" and decode_event(message) == started
 
 
 def test_a_prompts_first_token_has_no_log_probability():

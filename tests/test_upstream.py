@@ -179,6 +179,9 @@ def test_an_operation_the_upstream_api_lacks_is_a_clear_400(front):
     response = httpx.post(f"{front.url}/v1/embeddings", headers={"Authorization": f"Bearer {FRONT_KEY}"},
                           json={"model": REMOTE, "input": "hi"}, timeout=30)
     assert response.status_code in (400, 404) and "gpu" in response.text or REMOTE in response.text
+    response = httpx.post(f"{front.url}/api/perplexity", headers={"Authorization": f"Bearer {FRONT_KEY}"},
+                          json={"model": REMOTE, "text": "hi " * 40, "ctx": 16}, timeout=30)
+    assert response.status_code == 400 and "perplexity is not available" in response.text
 
 
 def _admitted(replica) -> int:

@@ -22,7 +22,7 @@ from localrun.engine.embed import Truncate
 from localrun.engine.perplexity import perplexity
 from localrun.errors import InvalidRequest, LocalrunError
 from localrun.families import GENERIC, Family, OutputParser, family_for
-from localrun.native import Delta, Done, GenerateRequest, TokenLogprob, encode_event
+from localrun.native import Delta, Done, GenerateRequest, Started, TokenLogprob, encode_event
 from localrun.ops import (
     OPS, Detokenize, Embed, Embeddings, Health, HealthCheck, Perplexity, PromptLogprobs, PromptTokens, Render, Score,
     Scores, Text, Tokenize, Tokens,
@@ -64,6 +64,7 @@ class RunnerHost:
         self.channel = channel
         self.inbox: queue.SimpleQueue[dict[str, Any]] = queue.SimpleQueue()
         self.choices: dict[str, _Choice] = {}  # engine request id -> choice
+        self.unslotted: set[str] = set()  # choices that have not got their sequence slot yet
         self.family: Family = family_for(engine.model.chat_template(), engine.model.meta("general.architecture"))
         self.jobs: dict[str, tuple[threading.Thread, threading.Event]] = {}  # request id -> background job
         self.stopping = False
@@ -73,7 +74,8 @@ class RunnerHost:
         while not self.stopping:
             self._drain(block=not self.engine.has_work)
             if self.engine.has_work and not self.stopping:
-                self.channel.send_all([message for event in self.engine.step() for message in self._emit_one(event)])
+                events = self.engine.step()
+                self.channel.send_all(self._started() + [message for event in events for message in self._emit_one(event)])
         for thread, stop in list(self.jobs.values()):  # the model must outlive them
             stop.set()
             thread.join()
@@ -134,6 +136,7 @@ class RunnerHost:
                 self.engine.add(Request(id=key, prompt=prompt, sampling=choice_sampling, special_text=family.special_text))
                 self.choices[key] = _Choice(rid, index, OutputParser(family, text, names), request.reasoning_budget,
                                             context=list(prompt) if request.return_context else None)
+                self.unslotted.add(key)
         except Exception:
             self._drop(keys)  # the choices already queued go too: the request failed as a whole
             raise
@@ -218,6 +221,21 @@ class RunnerHost:
     def _result(self, rid: str, answer: Any) -> None:
         """An operation's typed answer (localrun.ops), as its "result" message."""
         self.channel.send({"type": "result", "id": rid, "value": answer.to_dict()})
+
+    def _started(self) -> list[dict[str, Any]]:
+        """A "started" message for each choice that got its slot in this step, with the prompt tokens
+        its cache held: a dialect that reports usage before the first token (Anthropic's
+        message_start) counts what the final usage will. Before the step's events, so before the
+        choice's first delta."""
+        out = []
+        for key in list(self.unslotted):
+            choice = self.choices.get(key)
+            cached = self.engine.cached_tokens(key) if choice is not None else None
+            if choice is None or cached is not None:
+                self.unslotted.discard(key)
+            if choice is not None and cached is not None:
+                out.append(encode_event(choice.request_id, Started(choice.index, cached)))
+        return out
 
     def _emit_one(self, event: Token | Finished) -> list[dict[str, Any]]:
         """The messages of one engine event; a failure, the engine's or ours, ends that request alone."""
