@@ -14,6 +14,7 @@ from typing import Any
 
 import httpx
 
+from localrun.api_types import ListedModel, ShowResponse
 from localrun.client.address import parse_address
 from localrun.client.types import Completion, GenerateOptions, PullStatus, RunningModel, Timings, Usage
 from localrun.errors import (AuthError, DaemonUnavailable, InvalidRequest, LocalrunError, ModelNotFound,
@@ -80,24 +81,25 @@ class Client:
             return False
         return response.headers.get("content-type", "").startswith("text/html")
 
-    def show(self, model: str) -> dict[str, Any]:
+    def show(self, model: str) -> ShowResponse:
         """Ollama's `/api/show`: details, parameters, template, model_info."""
-        return self._json("POST", "/api/show", json={"model": model}, timeout=_LOOKUP)
+        shown = self._json("POST", "/api/show", json={"model": model}, timeout=_LOOKUP)
+        if not isinstance(shown, dict):
+            raise LocalrunError(f"{self.base_url}/api/show answered with something that is not an object")
+        return ShowResponse.from_dict(shown)
 
     def trained_context(self, model: str) -> int | None:
         """The context length `model` was trained for, from `/api/show`; None when the server does not say."""
-        info = self.show(model).get("model_info") or {}
-        limit = info.get(f"{info.get('general.architecture', '')}.context_length")
-        return limit if isinstance(limit, int) and limit > 0 else None
+        return self.show(model).context_length or None
 
-    def tags(self) -> list[dict[str, Any]]:
+    def tags(self) -> list[ListedModel]:
         """Ollama's `/api/tags`: the models in the server's own store as it describes them (name, size,
         digest, modified_at, details)."""
         data = self._json("GET", "/api/tags")
         models = data.get("models") if isinstance(data, dict) else None
         if not isinstance(models, list):
             raise LocalrunError(f"{self.base_url}/api/tags answered without a list of models")
-        return [m for m in models if isinstance(m, dict)]
+        return [ListedModel.from_dict(m) for m in models if isinstance(m, dict)]
 
     def copy(self, source: str, destination: str) -> None:
         """Ollama's `/api/copy`: the server gives one of its models a second name."""

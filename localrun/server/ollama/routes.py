@@ -66,17 +66,17 @@ async def tags(request: Request) -> dict[str, Any]:
     models = await asyncio.to_thread(request.app.state.store.list)
     upstreams = request.app.state.manager.upstreams
     remote = [t.upstream_tag(m) for m in upstreams.models()] if upstreams else []
-    return {"models": [t.tag(m) for m in models] + remote}
+    return {"models": [listed.to_dict() for listed in [*map(t.tag, models), *remote]]}
 
 
 @router.post("/api/show")
 async def show(body: ShowRequest, request: Request) -> dict[str, Any]:
     route = await request.app.state.manager.upstream(body.model)
     if route is not None:
-        return t.upstream_show(route.model)
+        return t.upstream_show(route.model).to_dict()
     store = request.app.state.store
     model = await asyncio.to_thread(store.resolve, body.model)
-    return t.show(model, await asyncio.to_thread(store.show, body.model))
+    return t.show(model, await asyncio.to_thread(store.show, body.model)).to_dict()
 
 
 @router.post("/api/pull")
@@ -176,7 +176,7 @@ def _running(loaded: Loaded) -> dict[str, Any]:
     model = loaded.model
     return {
         "name": model.name, "model": model.name, "size": loaded.size, "digest": t.digest_hex(model.digest),
-        "details": t.details(model), "expires_at": _expires_at(loaded).isoformat(),
+        "details": t.details(model).to_dict(), "expires_at": _expires_at(loaded).isoformat(),
         "size_vram": loaded.size if loaded.runner.info.get("gpu_layers") else 0,
         "context_length": loaded.options.ctx_size,
         "parallel": loaded.options.parallel, "kv_cache_type": loaded.options.kv_cache_type,
