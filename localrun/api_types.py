@@ -1,7 +1,7 @@
 """The Ollama API's answers about models, shared by the server, which writes them, and the client,
 which reads them (as Ollama's api/types.go is shared by its server and its CLI).
 
-A leaf module of plain dataclasses (no pydantic: the CLI stays light). `to_dict` is the JSON the
+A leaf module of plain dataclasses (no pydantic: the CLI stays light); the store may import it too. `to_dict` is the JSON the
 server sends; `from_dict` reads it back, and reads any Ollama server's too: a member it lacks or
 sends with another type takes its empty value (None where "not told" must differ from "empty").
 """
@@ -160,4 +160,26 @@ class ShowResponse:
                    _told(data.get("remote_model")), _told(data.get("remote_host")))
 
 
-__all__ = ["ListedModel", "ModelDetails", "ShowResponse", "parse_time"]
+@dataclass(frozen=True, slots=True)
+class PullProgress:
+    """One line of a pull's progress (Ollama's ProgressResponse), in Ollama's words: pulling manifest,
+    pulling <digest>, verifying sha256 digest, writing manifest, success. `total`/`completed` are bytes
+    while pulling, else 0. The store reports its pulls in it; /api/pull streams it; the client reads it."""
+
+    status: str
+    digest: str = ""
+    total: int = 0
+    completed: int = 0
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"status": self.status, **{k: v for k, v in (("digest", self.digest), ("total", self.total),
+                                                              ("completed", self.completed)) if v}}
+
+    @classmethod
+    def from_dict(cls, data: Any) -> PullProgress:
+        data = _object(data)
+        return cls(_str(data.get("status")), _str(data.get("digest")), _int(data.get("total")),
+                   _int(data.get("completed")))
+
+
+__all__ = ["ListedModel", "ModelDetails", "PullProgress", "ShowResponse", "parse_time"]

@@ -4,11 +4,15 @@ client hands out those types."""
 
 from __future__ import annotations
 
+import json
+
 import httpx
 import pytest
 
-from localrun.api_types import ListedModel, ShowResponse
+from localrun.api_types import ListedModel, PullProgress, ShowResponse
 from localrun.client import Client
+from tests.fileserver import FileServer
+from tests.tiny_gguf import write_tiny_gguf
 
 MODEL = "smollm2"
 MODELFILE = {"from": MODEL, "system": "You are terse.", "parameters": {"temperature": 0.25, "stop": ["END", "STOP"]},
@@ -60,3 +64,19 @@ def test_another_ollamas_answer_without_template_or_license_reads_as_not_told():
     assert (shown.architecture, shown.context_length, shown.parameter_count) == ("llama", 131072, 0)
     listed = ListedModel.from_dict({"model": "llama3.2:latest", "digest": "sha256:" + "a" * 64, "size": "big"})
     assert (listed.name, listed.digest, listed.size, listed.modified) == ("llama3.2:latest", "a" * 64, 0, None)
+
+
+def test_every_line_of_a_streamed_pull_round_trips_and_the_client_reads_the_same(daemon, client, tmp_path):
+    gguf = write_tiny_gguf(tmp_path / "api-types-tiny.gguf")
+    with FileServer() as files:
+        url = files.add("/models/api-types-tiny.gguf", gguf)
+        with httpx.stream("POST", f"{daemon.url}/api/pull", json={"model": url}, timeout=60) as response:
+            lines = [json.loads(line) for line in response.iter_lines() if line.strip()]
+        again = list(client.pull(url))  # present now: the short way to success
+    try:
+        assert lines[-1] == {"status": "success", "digest": lines[-1]["digest"]}
+        assert any(line.get("total") == line.get("completed") == gguf.stat().st_size for line in lines)
+        assert [PullProgress.from_dict(line).to_dict() for line in lines] == lines
+        assert again[-1] == PullProgress.from_dict(lines[-1])
+    finally:
+        client.delete("api-types-tiny")

@@ -121,7 +121,7 @@ class Client:
                 if "error" in data:
                     raise LocalrunError(str(data["error"]))
                 if data:
-                    yield PullStatus.from_json(data)
+                    yield PullStatus.from_dict(data)
         except httpx.TransportError as e:
             raise DaemonUnavailable(f"the connection broke during the pull: {e}") from None
         except ValueError:
