@@ -15,7 +15,7 @@ from __future__ import annotations
 import sys
 import time
 from datetime import datetime, timezone
-from typing import Any, Optional
+from typing import Any, Iterable, Optional
 
 import typer
 
@@ -209,21 +209,21 @@ def _print_template(template: str, architecture: str) -> None:
 def _print_model(shown: Shown) -> None:
     """`show`'s text: the facts, the special tokens when known, the chat template's size, and what the
     Modelfile set."""
-    typer.echo("  Model")
-    for key, value in shown.facts():
-        typer.echo(f"    {key:<18}{value}")
+    _print_section("  Model", shown.facts())
     if shown.special_tokens:
-        typer.echo("\n  Special tokens")
-        for key, value in shown.special_tokens.items():
-            typer.echo(f"    {key:<18}{value!r}")
+        _print_section("\n  Special tokens", [(key, repr(value)) for key, value in shown.special_tokens.items()])
     if shown.chat_template:
         typer.echo(f"\n  Chat template: {len(shown.chat_template)} characters (show --template prints it)")
     if shown.parameters:
-        typer.echo("\n  Parameters")
-        for key, value in shown.parameters.items():
-            typer.echo(f"    {key:<18}{value}")
+        _print_section("\n  Parameters", shown.parameters.items())
     if shown.system:
         typer.echo(f"\n  System\n    {first_line(shown.system, 100)}")
+
+
+def _print_section(title: str, rows: Iterable[tuple[str, Any]]) -> None:
+    typer.echo(title)
+    for key, value in rows:
+        typer.echo(f"    {key:<18}{value}")
 
 
 class PullBar:
