@@ -92,6 +92,7 @@ class PerplexityResult(_Wire):
 @dataclass(slots=True)
 class Health(_Wire):
     running: int  # sequences the engine is working on
+    threads: int | None = None  # the CPU threads it decodes with now (the tuner changes them)
 
 
 # --- requests ------------------------------------------------------------------------------------

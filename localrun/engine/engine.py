@@ -141,6 +141,11 @@ class Engine:
         return seq.n_cached if seq is not None and seq.status is Status.RUNNING else None
 
     @property
+    def threads(self) -> int:
+        """The CPU threads the next step runs with (the tuner may change them between steps)."""
+        return self._threads
+
+    @property
     def has_work(self) -> bool:
         return self.scheduler.has_work
 
@@ -217,7 +222,8 @@ class Engine:
             raise LocalrunError(f"llama_decode failed with status {status} ({self.batch.n} tokens)")
         self.scheduler.commit(chunks)
         if self._tuner and all(not c.seq.prefilling and c.n == 1 for c in chunks):
-            self._tuner.record(threads, self.batch.n, time.perf_counter() - start)
+            end = time.perf_counter()
+            self._tuner.record(threads, self.batch.n, end - start, end)
 
     def _tuned_threads(self) -> int:
         if self._tuner and self._tuner.threads != self._threads:

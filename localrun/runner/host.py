@@ -216,7 +216,7 @@ class RunnerHost:
         ])
 
     def _op_health(self, rid: str, op: HealthCheck) -> Health:
-        return Health(len(self.choices))
+        return Health(len(self.choices), self.engine.threads)
 
     def _result(self, rid: str, answer: Any) -> None:
         """An operation's typed answer (localrun.ops), as its "result" message."""

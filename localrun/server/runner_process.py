@@ -25,6 +25,7 @@ from typing import Any, AsyncIterator, Callable, Iterable
 from localrun.config import EngineSettings
 from localrun.cpu_features import crash_hint
 from localrun.errors import LoadCrashed, ModelLoadError, RunnerCrashed, error_class
+from localrun.ops import Health, HealthCheck, ask
 from localrun.runner.protocol import encode
 
 log = logging.getLogger("localrun.runner")
@@ -157,6 +158,16 @@ class RunnerProcess:
                 self._cancel(fields["id"])
                 raise
         return _result(message)
+
+    async def health(self, timeout: float = 1.0) -> Health | None:
+        """The runner's own state between two engine steps (running sequences, the CPU threads it
+        decodes with now); None when it is gone or too busy to say within `timeout`."""
+        if not self.alive:
+            return None
+        try:
+            return await asyncio.wait_for(ask(self, HealthCheck()), timeout)
+        except Exception:  # noqa: BLE001 - a dying or busy runner must not break the caller
+            return None
 
     async def stream(self, op: str, **fields: Any) -> AsyncIterator[dict[str, Any]]:
         """A generation: yield delta/done messages until every choice is done. Closing early cancels it."""
