@@ -378,3 +378,25 @@ def test_a_new_sequence_takes_a_free_slot_beside_a_running_one():
     s.add(b)
     run_step(s)
     assert b.slot == 3  # beside a, though slot 0 would throw away fewer cached tokens
+
+
+def test_a_window_cache_serves_a_prefix_only_while_it_holds_the_window_before_its_end():
+    """A sliding-window model's cache lets cells older than the window go; reusing a prefix whose
+    window is gone would attend to nothing there (llama-server re-evaluates such prompts too)."""
+    s = Scheduler(n_slots=1, batch_size=64, window=8)
+    old = seq("old", list(range(40)))
+    s.add(old)
+    while old.prefilling:
+        run_step(s)
+    s.finish(old)
+    s.slots[0].first = 20  # what the engine read back from llama.cpp after the decode
+    near = seq("near", list(range(36)) + [99, 98])  # the window before token 36 (28..35) is held
+    s.add(near)
+    run_step(s)
+    assert near.n_cached == 36
+    s.finish(near)
+    s.slots[0].first = 20
+    far = seq("far", list(range(24)) + [97, 96])  # the window before token 24 (16..23) is partly gone
+    s.add(far)
+    plan = run_step(s)
+    assert far.n_cached == 0 and plan.edits == [Trim(0, 0)] and s.slots[0].first == 0

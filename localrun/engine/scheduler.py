@@ -28,6 +28,7 @@ class Slot:
     tokens: list[int] = field(default_factory=list)
     seq: Sequence | None = None
     last_used: int = 0
+    first: int = 0  # the first position whose cells a sliding-window cache still holds
 
 
 @dataclass(slots=True)
@@ -160,16 +161,20 @@ class Scheduler:
 
     `can_cut`: whether a slot's cache can be cut back to a prefix when a new sequence takes the slot;
     a recurrent model's state cannot, so its slots start over. `share`: whether a slot's cache may be
-    copied into another's; without it caches are never shared between slots.
+    copied into another's; without it caches are never shared between slots. `window`: a sliding
+    window model's attention span (0: none); its cache lets cells older than the window go (the engine
+    records the first position held in `Slot.first`), so a prefix is reused only where the window
+    before the prefix's end is still there.
     """
 
     def __init__(self, n_slots: int, batch_size: int, ctx_size: int = 1 << 30, can_cut: bool = True,
-                 share: bool = False) -> None:
+                 share: bool = False, window: int = 0) -> None:
         self.slots = [Slot(i) for i in range(n_slots)]
         self.batch_size = batch_size
         self.ctx_size = ctx_size
         self.can_cut = can_cut
         self.share = share
+        self.window = window
         self.waiting: deque[Sequence] = deque()
         self.running: list[Sequence] = []
         self._clock = 0
@@ -258,10 +263,11 @@ class Scheduler:
             seq = self.waiting.popleft()
             self._copy_best_prefix(slot, seq, plan)
             keep = max(0, min(common_prefix(slot.tokens, seq.tokens), seq.n_prompt - MIN_PREFILL))
-            keep = keep if self.can_cut else 0
+            keep = keep if self.can_cut and self._holds(slot, keep) else 0
             if keep < len(slot.tokens):
                 plan.edits.append(Trim(slot.id, keep))
                 del slot.tokens[keep:]
+                slot.first = min(slot.first, keep)
             self._clock += 1
             slot.seq, slot.last_used = seq, self._clock
             seq.slot, seq.status = slot.id, Status.RUNNING
@@ -278,11 +284,21 @@ class Scheduler:
         """Copy the cache of the slot sharing the longest prefix with `seq` into `slot`, when that pays."""
         if not self.share:
             return
-        shared = [common_prefix(s.tokens, seq.tokens) for s in self.slots]
+        shared = [self._reusable(s, seq.tokens) for s in self.slots]
         source = self.slots[max(range(len(shared)), key=shared.__getitem__)]
         if source is not slot and shared[source.id] >= SHARE_MIN and shared[source.id] > shared[slot.id]:
             plan.edits.append(Copy(source.id, slot.id))
-            slot.tokens = list(source.tokens)
+            slot.tokens, slot.first = list(source.tokens), source.first
+
+    def _holds(self, slot: Slot, keep: int) -> bool:
+        """Whether the slot's cache can serve a prefix of `keep` tokens: a sliding-window cache must
+        still hold the window before it (llama-server's rule)."""
+        return not self.window or keep == 0 or slot.first <= max(0, keep - self.window)
+
+    def _reusable(self, slot: Slot, tokens: list[int]) -> int:
+        """How many of `tokens` the slot's cache can serve."""
+        shared = common_prefix(slot.tokens, tokens)
+        return shared if self._holds(slot, shared) else 0
 
     def _best_slot(self, tokens: list[int]) -> Slot | None:
         """The free slot that serves this prompt best while destroying the least cached work.
@@ -299,7 +315,7 @@ class Scheduler:
         busy = {s.id for s in self.slots if s.seq is not None}
 
         def key(slot: Slot) -> tuple[int, bool, int, int]:
-            shared = common_prefix(slot.tokens, tokens)
+            shared = self._reusable(slot, tokens)
             useful = shared if 2 * shared >= len(slot.tokens) else 0
             beside = slot.id - 1 in busy or slot.id + 1 in busy
             return useful, beside, -(len(slot.tokens) - useful), -slot.last_used
