@@ -1,9 +1,10 @@
 """The Ollama API's answers about models, shared by the server, which writes them, and the client,
 which reads them (as Ollama's api/types.go is shared by its server and its CLI).
 
-A leaf module of plain dataclasses (no pydantic: the CLI stays light); the store may import it too. `to_dict` is the JSON the
-server sends; `from_dict` reads it back, and reads any Ollama server's too: a member it lacks or
-sends with another type takes its empty value (None where "not told" must differ from "empty").
+A leaf module of plain dataclasses (no pydantic: the CLI stays light); the store may import it too.
+`to_dict` is the JSON the server sends; `from_dict` reads it back, and reads any Ollama server's
+too: a member it lacks or sends with another type takes its empty value (None where "not told" must
+differ from "empty").
 """
 
 from __future__ import annotations

@@ -75,9 +75,9 @@ def list_models(
     if as_json:
         print_json([m.json for m in models])
         return
-    _print_table([(m.name, m.digest.removeprefix("sha256:")[:12] or m.where or "-", model_size(m.size) if m.size else "-",
-                   m.quantization or "-", m.parameter_size or "-", _ago(m.modified) if m.modified else "-")
-                  for m in models])
+    _print_table([(m.name, m.digest.removeprefix("sha256:")[:12] or m.where or "-",
+                   model_size(m.size) if m.size else "-", m.quantization or "-", m.parameter_size or "-",
+                   _ago(m.modified) if m.modified else "-") for m in models])
 
 
 def _print_table(models: list[tuple[str, ...]]) -> None:

@@ -75,7 +75,8 @@ class RunnerHost:
             self._drain(block=not self.engine.has_work)
             if self.engine.has_work and not self.stopping:
                 events = self.engine.step()
-                self.channel.send_all(self._started() + [message for event in events for message in self._emit_one(event)])
+                started = self._started()  # before the step's events: a choice's Started precedes its first delta
+                self.channel.send_all(started + [message for event in events for message in self._emit_one(event)])
         for thread, stop in list(self.jobs.values()):  # the model must outlive them
             stop.set()
             thread.join()

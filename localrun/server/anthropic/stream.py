@@ -126,7 +126,8 @@ def _started(model: str, prompt_tokens: int, first: Started | Delta | Done) -> d
     if isinstance(first, Done):
         timings = first.timings
     else:
-        timings = Timings(prompt_tokens=prompt_tokens, cached_tokens=first.cached_tokens if isinstance(first, Started) else 0)
+        cached = first.cached_tokens if isinstance(first, Started) else 0
+        timings = Timings(prompt_tokens=prompt_tokens, cached_tokens=cached)
     usage = t.usage(replace(timings, generated_tokens=0))
     return {"id": t.new_id(), "type": "message", "role": "assistant", "model": model, "content": [],
             "stop_reason": None, "stop_sequence": None, "usage": usage, "container": None}
