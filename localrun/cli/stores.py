@@ -71,6 +71,8 @@ class Made:
 
 
 class ModelStore(Protocol):
+    """What the model commands ask of a store; errors are LocalrunErrors that name the model or the server."""
+
     where: str  # "" for this home's store, else the server's address
 
     def list(self) -> list[Listed]: ...
