@@ -16,6 +16,7 @@ import httpx
 
 from localrun.api_types import ListedModel, ShowResponse
 from localrun.client.address import parse_address
+from localrun.ops import PerplexityResult
 from localrun.client.types import Completion, GenerateOptions, PullStatus, RunningModel, Timings, Usage
 from localrun.errors import (AuthError, DaemonUnavailable, InvalidRequest, LocalrunError, ModelNotFound,
                              Overloaded)
@@ -145,11 +146,15 @@ class Client:
         else when its requests in flight have finished."""
         self._send("POST", "/api/generate", json={"model": model, "keep_alive": 0})
 
-    def perplexity(self, model: str, text: str, ctx: int = 512, batch: int = 2048) -> dict[str, Any]:
-        """`/api/perplexity` (localrun only): perplexity, nll, tokens, scored, chunks, ctx, seconds.
-        No read timeout: a long text takes as long as evaluating it."""
+    def perplexity(self, model: str, text: str, ctx: int = 512, batch: int = 2048) -> PerplexityResult:
+        """`/api/perplexity` (localrun only): perplexity, nll, tokens, scored, chunks, ctx, seconds, the
+        runner's answer as the server passes it on. No read timeout: a long text takes as long as evaluating it."""
         body = {"model": model, "text": text, "ctx": ctx, "batch": batch}
-        return self._json("POST", "/api/perplexity", json=body, timeout=_GENERATE)
+        answer = self._json("POST", "/api/perplexity", json=body, timeout=_GENERATE)
+        try:
+            return PerplexityResult.from_dict(answer)
+        except TypeError:
+            raise LocalrunError(f"{self.base_url}/api/perplexity answered without a perplexity") from None
 
     def score(self, model: str, prompt: str, options: list[str], normalize: str = "sum") -> dict[str, Any]:
         """`/v1/score` (localrun only): each option's exact log-probability after the prompt."""
