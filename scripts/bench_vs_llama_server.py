@@ -32,6 +32,7 @@ import platform
 import random
 import shlex
 import signal
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -57,7 +58,7 @@ WORDS = ("garden river stone window morning lantern harbour market letter winter
          "kitchen island mirror feather blanket station valley pocket shadow ribbon tower violin "
          "breakfast journey cabinet pebble saddle canyon falcon glacier hammer jungle kettle marble").split()
 FOLLOW_UP = "Now say that again in one short sentence."
-# A spin loop that looks up every ~20 ms whether its parent is gone (no fork-time hook: the event loop runs).
+# A spin loop that looks up every few milliseconds whether its parent is gone (no fork-time hook: the event loop runs).
 SPIN = "import os\np = os.getppid()\nwhile os.getppid() == p:\n    for _ in range(200000): pass"
 
 
@@ -66,17 +67,6 @@ class BenchError(Exception):
 
 
 # --- pure parts: figures and tables --------------------------------------------------------------
-
-
-def percentile(values: Sequence[float], q: float) -> float:
-    """The q-th percentile (0-100) with linear interpolation between the closest ranks (numpy's default)."""
-    if not values:
-        raise ValueError("percentile of no values")
-    ordered = sorted(values)
-    rank = (len(ordered) - 1) * q / 100
-    low = int(rank)
-    high = min(low + 1, len(ordered) - 1)
-    return ordered[low] + (ordered[high] - ordered[low]) * (rank - low)
 
 
 def markdown_table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
@@ -109,9 +99,10 @@ def context_line(args: argparse.Namespace) -> str:
     except OSError:
         cpu = platform.processor() or "unknown CPU"
     now = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
-    return (f"{now}; {cpu}, {os.cpu_count()} CPUs; load average {load_average()}; "
-            f"llama-server -t {args.threads}{' --no-repack' if args.no_repack else ''} {args.server_args}; "
-            f"LOCALRUN_THREADS={args.localrun_threads}; rounds {args.rounds}")
+    flags = " ".join(["-t", str(args.threads), *(["--no-repack"] if args.no_repack else []), args.server_args])
+    return (f"{now}; {cpu}, {os.cpu_count()} CPUs; load average {load_average()}; llama-server {flags.strip()}; "
+            f"LOCALRUN_THREADS={args.localrun_threads}; SmolLM2 {args.slots} slots x {args.ctx} tokens, "
+            f"{args.tokens} tokens per answer ({args.busy_tokens} in the busy row); best of {args.rounds} rounds")
 
 
 # --- one streamed answer -------------------------------------------------------------------------
@@ -127,6 +118,7 @@ class Answer:
     text: str = ""
     tokens: int = 0
     prompt_tokens: int = 0
+    cached_tokens: int = 0
 
     @property
     def ttft(self) -> float:
@@ -180,6 +172,7 @@ def read_chunk(answer: Answer, data: dict, name: str) -> None:
     if data.get("usage"):
         answer.tokens = data["usage"]["completion_tokens"]
         answer.prompt_tokens = data["usage"]["prompt_tokens"]
+        answer.cached_tokens = (data["usage"].get("prompt_tokens_details") or {}).get("cached_tokens") or 0
 
 
 def user(text: str) -> list[dict]:
@@ -318,7 +311,7 @@ class Bench:
         rows = []
         for c in args.concurrency:
             rate = {s.name: max(aggregate_rate(a) for a in runs[s.name, c]) for s in self.servers}
-            ttft = {s.name: min(percentile([x.ttft for x in a], 50) for a in runs[s.name, c]) for s in self.servers}
+            ttft = {s.name: min(statistics.median(x.ttft for x in a) for a in runs[s.name, c]) for s in self.servers}
             rows.append([str(c), f"{rate['localrun']:.1f}", f"{rate['llama-server']:.1f}",
                          ratio(rate["localrun"], rate["llama-server"]),
                          f"{ttft['localrun']:.3f} / {ttft['llama-server']:.3f} s"])
@@ -353,7 +346,7 @@ class Bench:
 
     async def followup(self) -> None:
         """Cold TTFT on a long prompt, then a follow-up turn that finds it in the prefix cache."""
-        args, cold, warm, sizes = self.args, defaultdict(list), defaultdict(list), set()
+        args, cold, warm, sizes, cached = self.args, defaultdict(list), defaultdict(list), set(), set()
         for r in range(args.rounds):
             text = await filler(self.client, self.servers[1], f"followup-{r}", args.cold_tokens)
             for server in in_turn(self.servers, r):
@@ -363,6 +356,7 @@ class Bench:
                 cold[server.name].append(first.ttft)
                 warm[server.name].append(second.ttft)
                 sizes.add(f"{server.name} {first.prompt_tokens}")
+                cached.add(f"{server.name} {second.cached_tokens} of {second.prompt_tokens}")
         best = {name: (min(cold[name]), min(warm[name])) for name in cold}
         (lc, lw), (sc, sw) = best["localrun"], best["llama-server"]
         self.emit(markdown_table(
@@ -370,6 +364,7 @@ class Bench:
             [["cold TTFT", f"{lc:.3f} s", f"{sc:.3f} s", ratio(lc, sc)],
              ["follow-up turn TTFT", f"{lw:.3f} s", f"{sw:.3f} s", ratio(lw, sw)],
              ["follow-up / cold", f"{lw / lc:.3f}", f"{sw / sc:.3f}", ""]]))
+        self.emit(f"Follow-up prompt tokens found in the cache: {', '.join(sorted(cached))}")
 
     async def busy(self) -> None:
         """A single stream idle and with one core kept busy by a spin loop."""
@@ -414,7 +409,10 @@ class Bench:
 async def run_rows(args: argparse.Namespace, servers: tuple[Server, Server], rows: Sequence[str],
                    report: list[str]) -> int:
     """Run `rows` against `servers`; returns how many exactness mismatches were seen."""
-    async with httpx.AsyncClient(timeout=httpx.Timeout(900.0)) as client:
+    # A connection per request, for both servers alike: llama-server closes an idle one after 5 s, and a
+    # request sent on it as it closes fails ("Server disconnected"); a loopback connect costs ~0.1 ms.
+    limits = httpx.Limits(max_keepalive_connections=0)
+    async with httpx.AsyncClient(timeout=httpx.Timeout(1800.0), limits=limits) as client:
         bench = Bench(args, client, servers, report)
         await warm_up(client, servers)
         for row in rows:

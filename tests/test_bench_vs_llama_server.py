@@ -1,4 +1,4 @@
-"""The pure parts of scripts/bench_vs_llama_server.py: percentiles, figures, tables, the CPU's name.
+"""The pure parts of scripts/bench_vs_llama_server.py: figures, tables, the CPU's name, the prompts.
 The benchmark itself needs a llama-server binary and a quiet machine; docs/benchmarks.md has its runs."""
 
 from __future__ import annotations
@@ -19,23 +19,6 @@ def bench():
     sys.modules[spec.name] = module  # its dataclasses look their module up there
     spec.loader.exec_module(module)
     return module
-
-
-@pytest.mark.parametrize("values, q, want", [
-    ([3.0], 50, 3.0),
-    ([1.0, 2.0, 3.0], 50, 2.0),
-    ([4.0, 1.0, 3.0, 2.0], 50, 2.5),  # unsorted input, even count: halfway between the middle two
-    ([1.0, 2.0, 3.0, 4.0, 5.0], 0, 1.0),
-    ([1.0, 2.0, 3.0, 4.0, 5.0], 100, 5.0),
-    ([10.0, 20.0], 90, 19.0),
-])
-def test_percentile_interpolates_between_the_closest_ranks(bench, values, q, want):
-    assert bench.percentile(values, q) == pytest.approx(want)
-
-
-def test_percentile_of_nothing_is_an_error(bench):
-    with pytest.raises(ValueError):
-        bench.percentile([], 50)
 
 
 def test_markdown_table_has_a_header_rule_and_one_line_per_row(bench):
