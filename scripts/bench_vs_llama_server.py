@@ -409,8 +409,9 @@ class Bench:
 async def run_rows(args: argparse.Namespace, servers: tuple[Server, Server], rows: Sequence[str],
                    report: list[str]) -> int:
     """Run `rows` against `servers`; returns how many exactness mismatches were seen."""
-    # A connection per request, for both servers alike: llama-server closes an idle one after 5 s, and a
-    # request sent on it as it closes fails ("Server disconnected"); a loopback connect costs ~0.1 ms.
+    # A connection per request, for both servers alike: llama-server closes its end after a streamed answer
+    # (while announcing keep-alive), and a request sent before that close arrives fails ("Server
+    # disconnected without sending a response"). A loopback connect costs ~0.1 ms.
     limits = httpx.Limits(max_keepalive_connections=0)
     async with httpx.AsyncClient(timeout=httpx.Timeout(1800.0), limits=limits) as client:
         bench = Bench(args, client, servers, report)
