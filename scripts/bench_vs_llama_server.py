@@ -31,6 +31,7 @@ import os
 import platform
 import random
 import shlex
+import shutil
 import signal
 import statistics
 import subprocess
@@ -482,6 +483,7 @@ def main() -> int:
     except BenchError as e:
         print(f"error: {e}\n(logs under {home})", file=sys.stderr)
         return 2
+    shutil.rmtree(home, ignore_errors=True)  # the models' copies (~350 MB); a failed run keeps its logs there
     report.append(f"load average at the end: {load_average()}")
     if args.out:
         with open(args.out, "a", encoding="utf-8") as f:
