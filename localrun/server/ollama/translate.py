@@ -219,7 +219,7 @@ def show(model: Any, info: Any) -> dict[str, Any]:
     model_info = {"general.parameter_count": info.parameters, **info.metadata}
     shown = {"license": model.modelfile_license or info.license, "modelfile": modelfile(model, info),
              "parameters": parameters, "template": model.template or info.chat_template, "details": details(model),
-             "model_info": model_info, "capabilities": capabilities(info), "modified_at": model.modified.isoformat()}
+             "model_info": model_info, "capabilities": capabilities(info, model.template), "modified_at": model.modified.isoformat()}
     if model.system:
         shown["system"] = model.system
     if model.messages:
@@ -259,14 +259,15 @@ def _first(*values: str | None) -> str | None:
     return next((v for v in values if v is not None), None)
 
 
-def capabilities(info: Any) -> list[str]:
+def capabilities(info: Any, template: str | None = None) -> list[str]:
     """What works with the model here: a model with a pooling type only embeds; any other completes,
     calls tools (through its template, else localrun's generic tool prompt) and embeds (/api/embed
     works with every model). Clients such as Ollama's own refuse tools to a model without "tools".
     "thinking" when its family thinks, and "thinking_always" (localrun's) when no switch turns the
-    thinking off (gpt-oss, Magistral, QwQ: `think: false` cannot stop them)."""
+    thinking off (gpt-oss, Magistral, QwQ: `think: false` cannot stop them). A Modelfile's `template`
+    decides the family before the GGUF's."""
     if f"{info.architecture}.pooling_type" in info.metadata:
         return ["embedding"]
-    family = family_for(info.chat_template, info.architecture)
+    family = family_for(template or info.chat_template, info.architecture)
     return ["completion", "tools", "embedding", *(["thinking"] if family.thinks else []),
             *(["thinking_always"] if not family.can_stop_thinking else [])]
