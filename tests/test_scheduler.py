@@ -167,6 +167,28 @@ def test_a_cache_that_cannot_be_cut_starts_over():
     assert layout(plan) == [("b", 0, 4, 1)]
 
 
+def test_a_sliding_window_cache_is_reused_only_whole():
+    """A next turn that extends everything the slot holds continues it; a prompt that shares only a
+    prefix starts over, as the window has let go of the cells it would need."""
+    s = Scheduler(n_slots=1, batch_size=64, whole_reuse=True)
+    first = seq("a", [1, 2, 3, 4], max_tokens=2)
+    s.add(first)
+    while first.status is not Status.FINISHED:
+        run_step(s)
+        if first.n_generated >= 2:
+            s.finish(first)
+    held = list(s.slots[0].tokens)
+    turn = seq("b", held + [8, 9, 10])
+    s.add(turn)
+    plan = run_step(s)
+    assert plan.edits == [] and turn.n_cached == len(held)
+    s.finish(turn)
+    other = seq("c", [1, 2, 3, 9, 9, 9])
+    s.add(other)
+    plan = run_step(s)
+    assert plan.edits == [Trim(0, 0)] and other.n_cached == 0
+
+
 def test_a_short_shared_prefix_does_not_evict_a_long_cached_prompt():
     s = Scheduler(n_slots=2, batch_size=64)
     long = seq("long", [1, 2] + list(range(100, 140)))

@@ -71,14 +71,17 @@ class Engine:
             self.ctx = new_context(self.model, n_ctx=settings.parallel * settings.ctx_size,
                                    n_batch=settings.batch_size, n_seq_max=settings.parallel,
                                    threads=self._threads, flash_attn=self.flash_attn,
-                                   kv_type=settings.kv_cache_type, kv_unified=settings.kv_unified)
+                                   kv_type=settings.kv_cache_type, kv_unified=settings.kv_unified,
+                                   swa_full=settings.swa_full)
         except Exception:
             self.model.free()
             raise
         self.memory = L.llama_get_memory(self.ctx)
         self.batch = Batch(settings.batch_size)
         self._warm_up()
-        self.scheduler = Scheduler(settings.parallel, settings.batch_size, settings.ctx_size, can_cut, share=True)
+        windowed = L.llama_model_n_swa(self.model.ptr) > 0 and not settings.swa_full
+        self.scheduler = Scheduler(settings.parallel, settings.batch_size, settings.ctx_size, can_cut, share=True,
+                                   whole_reuse=windowed)
         self._embedder: Embedder | None = None
         self._scorer: Scorer | None = None
         self._eog: list[int] | None = None

@@ -124,16 +124,19 @@ class Scheduler:
 
     `can_cut`: whether a slot's cache can be cut back to a prefix when a new sequence takes the slot;
     a recurrent model's state cannot, so its slots start over. `share`: whether a slot's cache may be
-    copied into another's; without it caches are never shared between slots.
+    copied into another's; without it caches are never shared between slots. `whole_reuse`: a slot's
+    cache is reused only whole, by a prompt that extends all of it (a chat's next turn): sliding-window
+    layers that keep only their window have let go of the cells a cut-back cache would need again.
     """
 
     def __init__(self, n_slots: int, batch_size: int, ctx_size: int = 1 << 30, can_cut: bool = True,
-                 share: bool = False) -> None:
+                 share: bool = False, whole_reuse: bool = False) -> None:
         self.slots = [Slot(i) for i in range(n_slots)]
         self.batch_size = batch_size
         self.ctx_size = ctx_size
         self.can_cut = can_cut
         self.share = share
+        self.whole_reuse = whole_reuse
         self.waiting: deque[Sequence] = deque()
         self.running: list[Sequence] = []
         self._clock = 0
@@ -222,7 +225,7 @@ class Scheduler:
             seq = self.waiting.popleft()
             self._copy_best_prefix(slot, seq, plan)
             keep = max(0, min(common_prefix(slot.tokens, seq.tokens), seq.n_prompt - MIN_PREFILL))
-            keep = keep if self.can_cut else 0
+            keep = keep if self.can_cut and not (self.whole_reuse and keep < len(slot.tokens)) else 0
             if keep < len(slot.tokens):
                 plan.edits.append(Trim(slot.id, keep))
                 del slot.tokens[keep:]
@@ -244,7 +247,8 @@ class Scheduler:
             return
         shared = [common_prefix(s.tokens, seq.tokens) for s in self.slots]
         source = self.slots[max(range(len(shared)), key=shared.__getitem__)]
-        if source is not slot and shared[source.id] >= SHARE_MIN and shared[source.id] > shared[slot.id]:
+        whole = not self.whole_reuse or shared[source.id] == len(source.tokens) <= seq.n_prompt - MIN_PREFILL
+        if source is not slot and shared[source.id] >= SHARE_MIN and shared[source.id] > shared[slot.id] and whole:
             plan.edits.append(Copy(source.id, slot.id))
             slot.tokens = list(source.tokens)
 

@@ -14,7 +14,7 @@ from pydantic import Field
 
 from localrun.server.hangup import unless_hung_up
 from localrun.server.jsonbody import JSONBodyRoute
-from localrun.memory import kv_bytes
+from localrun.memory import KvShape, cache_bytes
 from localrun.server.manager import check_context
 from localrun.server.wire import WireModel
 
@@ -40,8 +40,9 @@ async def perplexity(body: PerplexityRequest, request: Request) -> dict[str, Any
     manager = request.app.state.manager
     async with manager.lease(body.model) as loaded:
         check_context(loaded.model, body.ctx, "ctx")
-        cells = body.ctx * max(1, body.batch // body.ctx)  # the job's own context: batch // ctx chunks at most
-        extra = kv_bytes(loaded.model.facts.kv_bytes_per_token, loaded.options.kv_cache_type, cells)
+        chunks = max(1, body.batch // body.ctx)  # the job's own context: batch // ctx chunks at most
+        extra = cache_bytes(KvShape.of(loaded.model.facts), loaded.options.kv_cache_type, body.ctx, chunks, body.batch,
+                             swa_full=True)
         with manager.reserve(loaded, extra):
             job = loaded.runner.call("perplexity", text=body.text, ctx=body.ctx, batch=body.batch)
             return await unless_hung_up(request, job)
