@@ -135,17 +135,6 @@ def _switch(text: str) -> bool:
     return _SWITCH[word]
 
 
-@dataclass(frozen=True, slots=True)
-class OnOff(Rule):
-    """on or off (also 1/0, true/false, yes/no)."""
-
-    def ok(self, value: Any) -> bool:
-        return isinstance(value, bool)
-
-    def show(self, value: Any) -> str:
-        return "on" if value else "off"
-
-
 def _csv(value: str) -> tuple[str, ...]:
     return tuple(part.strip() for part in value.split(",") if part.strip())
 
@@ -191,7 +180,6 @@ ENGINE_RULES: dict[str, Rule] = {
                          words={"off": 0, "on": SPECULATIVE_ON, "false": 0, "true": SPECULATIVE_ON, "no": 0,
                                 "yes": SPECULATIVE_ON}),
     "rpc": Endpoints("HOST:PORT addresses of RPC workers, comma-separated"),
-    "swa_full": OnOff("on or off", _switch),
 }
 
 
@@ -219,7 +207,6 @@ class EngineSettings:
     seed: int | None = None  # default seed for requests without one; None = random per request
     embed_ctx_size: int = 2048  # context of the lazily created embeddings context
     kv_unified: bool = False  # one KV buffer shared by all slots (see above)
-    swa_full: bool = True  # sliding-window layers keep every cell, not only their window (LOCALRUN_SWA_FULL)
     speculative: int = 0  # draft length for requests that do not choose one; 0 = no speculative decoding
     safe_mode: bool = False  # plain CPU weights: no repacking, no AMX (after a load crashed; see cpu_features)
     rpc: tuple[str, ...] = ()  # llama.cpp RPC workers (HOST:PORT) the model's layers are spread over
@@ -299,11 +286,6 @@ SETTINGS: tuple[Setting, ...] = (
     _engine("LOCALRUN_FLASH_ATTN", "flash_attn", "Flash attention: on, off or auto."),
     _engine("LOCALRUN_KV_CACHE_TYPE", "kv_cache_type",
             "KV cache type: f16, q8_0 or q4_0 (quantized types need flash attention)."),
-    _engine("LOCALRUN_SWA_FULL", "swa_full", "Sliding-window layers (Gemma 2/3, gpt-oss, Cohere 2) keep every cell "
-                                             "(on: any cached prefix can be reused) or only their window (off, as "
-                                             "llama-server: far less memory and a longer automatic context; a slot's "
-                                             "cache is reused only by a prompt that extends all of it, and greedy "
-                                             "answers under load may differ from solo ones)."),
     _engine("LOCALRUN_SPECULATIVE", "speculative", f"Speculative decoding by prompt lookup: off, on ({SPECULATIVE_ON} "
                                                    "tokens) or the most tokens drafted per step; requests may choose "
                                                    "their own."),
@@ -382,7 +364,7 @@ class Settings:
             batch_size=get("LOCALRUN_BATCH_SIZE"),
             threads=get("LOCALRUN_THREADS"), flash_attn=get("LOCALRUN_FLASH_ATTN"),
             kv_cache_type=get("LOCALRUN_KV_CACHE_TYPE"), gpu_layers=get("LOCALRUN_GPU_LAYERS"),
-            speculative=get("LOCALRUN_SPECULATIVE"), rpc=get("LOCALRUN_RPC"), swa_full=get("LOCALRUN_SWA_FULL"),
+            speculative=get("LOCALRUN_SPECULATIVE"), rpc=get("LOCALRUN_RPC"),
         )
         return cls(
             home=get("LOCALRUN_HOME"), host=get("LOCALRUN_HOST"), mirror=get("LOCALRUN_MIRROR"),

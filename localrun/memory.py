@@ -35,12 +35,12 @@ def estimate_bytes(file_size: int, shape: KvShape, options: Any) -> int:
 
 
 def load_cache_bytes(shape: KvShape, options: Any, ctx: int) -> int:
-    """The KV caches a load of `ctx` tokens per slot holds: the slots' own, of the configured type, and
-    the scoring side context's (engine/scoring.py: one sequence of `ctx` tokens, f16, every cell kept,
-    as it cuts back to the prompt after each option), which a load makes as soon as anything is scored
-    or a prompt's logprobs are asked for."""
-    slots = cache_bytes(shape, options.kv_cache_type, ctx, options.parallel, options.batch_size, options.kv_unified,
-                        options.swa_full)
+    """The KV caches a load of `ctx` tokens per slot holds: the slots' own, of the configured type, whose
+    sliding-window layers keep only their window (engine.py), and the scoring side context's
+    (engine/scoring.py: one sequence of `ctx` tokens, f16, every cell kept, as it cuts back to the
+    prompt after each option), which a load makes as soon as anything is scored or a prompt's
+    logprobs are asked for."""
+    slots = cache_bytes(shape, options.kv_cache_type, ctx, options.parallel, options.batch_size, options.kv_unified)
     return slots + cache_bytes(shape, "f16", ctx, 1, options.batch_size, swa_full=True)
 
 

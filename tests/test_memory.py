@@ -1,6 +1,7 @@
-"""The KV cache estimate: sliding-window layers (Gemma 3) counted at llama.cpp's SWA cache size, the
-scoring context counted too; from plain data, then against what llama.cpp allocates for the real
-Gemma 3 270M (its own log of the buffers it made)."""
+"""The KV cache estimate: sliding-window layers (Gemma 3) counted at llama.cpp's SWA cache size (the
+engine's slots keep only the window; side contexts such as scoring keep every cell), the scoring
+context counted too; from plain data, then against what llama.cpp allocates for the real Gemma 3 270M
+(its own log of the buffers it made)."""
 
 from __future__ import annotations
 
@@ -46,7 +47,7 @@ def test_sliding_window_layers_hold_only_llama_cpps_window(ctx, sequences, unifi
 
 
 def test_a_load_counts_its_slots_and_the_scoring_context():
-    options = EngineSettings(parallel=2, ctx_size=4096, swa_full=False)
+    options = EngineSettings(parallel=2, ctx_size=4096)
     slots = cache_bytes(GEMMA_SHAPE, "f16", 4096, 2, 512)
     assert load_cache_bytes(GEMMA_SHAPE, options, 4096) == slots + 18 * KIB * 4096  # scoring keeps every cell
     plain = KvShape(30 * KIB)
@@ -54,13 +55,11 @@ def test_a_load_counts_its_slots_and_the_scoring_context():
 
 
 def test_gemma3s_automatic_context_is_its_trained_length_where_the_window_leaves_room():
-    options, budget, weights = EngineSettings(parallel=4, swa_full=False), 2 * 2**30, 253 * MIB
+    options, budget, weights = EngineSettings(parallel=4), 2 * 2**30, 253 * MIB
     assert default_context(32768, GEMMA_SHAPE, weights, options, budget) == (32768, "its trained length")
     every_cell = KvShape(18 * KIB)  # the estimate before: every layer at full length
     ctx, why = default_context(32768, every_cell, weights, options, budget)
     assert ctx < 24576 and "memory budget" in why
-    full = EngineSettings(parallel=4)  # LOCALRUN_SWA_FULL=on, the default, keeps every cell
-    assert default_context(32768, GEMMA_SHAPE, weights, full, budget) == (ctx, why)
 
 
 _SIZE = re.compile(r"llama_kv_cache: size = +([\d.]+) MiB")

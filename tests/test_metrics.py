@@ -77,6 +77,8 @@ def test_a_streamed_chat_moves_every_counter(daemon):
     assert after[f"localrun_running_sequences{{{model}}}"] == 0
     assert after[f"localrun_queue_depth{{{model}}}"] == 0
     assert after[f"localrun_parallel_slots{{{model}}}"] >= 1
+    ps = {m["name"]: m for m in httpx.get(f"{daemon.url}/api/ps", timeout=10).json()["models"]}
+    assert after[f"localrun_decode_threads{{{model}}}"] == ps["smollm2:135m"]["threads"] >= 1  # the live choice
 
 
 def test_unknown_paths_and_methods_do_not_grow_the_label_set(daemon):

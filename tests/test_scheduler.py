@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from localrun.engine.scheduler import Copy, Scheduler, Trim, common_prefix, prefill_size
+import random
+
+from localrun.engine.scheduler import Copy, Scheduler, Trim, common_prefix, prefill_size, stairs
 from localrun.engine.sequence import Sequence, Status
 
 
@@ -167,28 +169,6 @@ def test_a_cache_that_cannot_be_cut_starts_over():
     assert layout(plan) == [("b", 0, 4, 1)]
 
 
-def test_a_sliding_window_cache_is_reused_only_whole():
-    """A next turn that extends everything the slot holds continues it; a prompt that shares only a
-    prefix starts over, as the window has let go of the cells it would need."""
-    s = Scheduler(n_slots=1, batch_size=64, whole_reuse=True)
-    first = seq("a", [1, 2, 3, 4], max_tokens=2)
-    s.add(first)
-    while first.status is not Status.FINISHED:
-        run_step(s)
-        if first.n_generated >= 2:
-            s.finish(first)
-    held = list(s.slots[0].tokens)
-    turn = seq("b", held + [8, 9, 10])
-    s.add(turn)
-    plan = run_step(s)
-    assert plan.edits == [] and turn.n_cached == len(held)
-    s.finish(turn)
-    other = seq("c", [1, 2, 3, 9, 9, 9])
-    s.add(other)
-    plan = run_step(s)
-    assert plan.edits == [Trim(0, 0)] and other.n_cached == 0
-
-
 def test_a_short_shared_prefix_does_not_evict_a_long_cached_prompt():
     s = Scheduler(n_slots=2, batch_size=64)
     long = seq("long", [1, 2] + list(range(100, 140)))
@@ -220,7 +200,7 @@ def test_decode_tokens_go_in_slot_order_whatever_the_admission_order():
     assert layout(run_step(s)) == [("a", 3, 1, 1), ("b", 3, 1, 1), ("c", 3, 1, 1)]
 
 
-def test_a_step_decodes_every_generated_token_together_and_each_prompt_chunk_alone():
+def test_a_step_decodes_every_generated_token_together_and_prompt_chunks_apart():
     """llama.cpp would split a mixed batch so that a prompt chunk's first token is a lone row."""
     s = Scheduler(n_slots=3, batch_size=64)
     a, b = seq("a", [1, 2, 3]), seq("b", [4, 5, 6, 7])
@@ -347,3 +327,76 @@ def test_planning_needs_no_model_and_edits_no_cache():
     # c reuses slot 0 (35 shared tokens, the rest cut); d takes slot 1, keeping b's first token
     assert plan.edits == [Trim(0, 35), Trim(1, 1)]
     assert s.slots[0].tokens == long[:35] and s.slots[1].tokens == [1]
+
+
+@pytest.mark.parametrize("sizes, calls", [
+    ([30, 30, 30], [[(0, 30), (1, 30), (2, 30)]]),
+    ([5, 7, 9], [[(0, 5), (1, 5), (2, 5)], [(1, 2), (2, 2)], [(2, 2)]]),
+    ([3, 4], [[(0, 3)], [(1, 4)]]),  # 4 - 3 would leave a lone token: the 4 goes whole, next
+    ([1, 5], [[(0, 1)], [(1, 5)]]),  # a one-token prompt never drags another chunk into a lone row
+    ([28, 30, 31, 33], [[(0, 28), (1, 28), (2, 28), (3, 28)], [(1, 2), (3, 2)], [(2, 3), (3, 3)]]),
+])
+def test_stairs_give_every_chunk_in_a_call_equally_many_tokens(sizes, calls):
+    assert stairs(sizes) == calls
+
+
+def test_stairs_never_cut_a_lone_token_and_cover_every_chunk():
+    rng = random.Random(5)
+    for _ in range(500):
+        sizes = [rng.choice([1, 2, 3, rng.randint(2, 600)]) for _ in range(rng.randint(1, 8))]
+        pieces: dict[int, list[int]] = {}
+        for call in stairs(sizes):
+            assert len({n for _, n in call}) == 1 and len({i for i, _ in call}) == len(call)
+            for i, n in call:
+                pieces.setdefault(i, []).append(n)
+        for i, size in enumerate(sizes):
+            assert sum(pieces[i]) == size
+            assert all(n >= 2 for n in pieces[i]) or pieces[i] == [1]
+
+
+def test_prompts_arriving_together_are_evaluated_in_equal_pieces_with_logits_at_each_end():
+    s = Scheduler(n_slots=3, batch_size=64)
+    for name, n in (("a", 5), ("b", 7), ("c", 9)):
+        s.add(seq(name, list(range(1, n + 1))))
+    plan = s.schedule()
+    assert [[(ch.seq.id, ch.start, ch.n, ch.n_logits) for ch in call] for call in plan.batches()] == [
+        [("a", 0, 5, 1), ("b", 0, 5, 0), ("c", 0, 5, 0)], [("b", 5, 2, 1), ("c", 5, 2, 0)], [("c", 7, 2, 1)]]
+
+
+def test_a_new_sequence_takes_a_free_slot_beside_a_running_one():
+    """llama.cpp puts consecutive sequence ids in one micro-batch: scattered slots cost a pass each."""
+    s = Scheduler(n_slots=6, batch_size=64)
+    for name, prompt in (("x", [1] * 3), ("y", [2] * 9), ("z", [3] * 9), ("w", [4] * 9), ("u", [5] * 9), ("v", [6] * 9)):
+        s.add(seq(name, prompt))
+    run_step(s)
+    for name in "xyzwuv":
+        s.finish(s.find(name))
+    a, b = seq("a", [5] * 9 + [7]), seq("b", [8] * 5)
+    s.add(a)
+    run_step(s)
+    assert a.slot == 4  # its prefix is cached there
+    s.add(b)
+    run_step(s)
+    assert b.slot == 3  # beside a, though slot 0 would throw away fewer cached tokens
+
+
+def test_a_window_cache_serves_a_prefix_only_while_it_holds_the_window_before_its_end():
+    """A sliding-window model's cache lets cells older than the window go; reusing a prefix whose
+    window is gone would attend to nothing there (llama-server re-evaluates such prompts too)."""
+    s = Scheduler(n_slots=1, batch_size=64, window=8)
+    old = seq("old", list(range(40)))
+    s.add(old)
+    while old.prefilling:
+        run_step(s)
+    s.finish(old)
+    s.slots[0].first = 20  # what the engine read back from llama.cpp after the decode
+    near = seq("near", list(range(36)) + [99, 98])  # the window before token 36 (28..35) is held
+    s.add(near)
+    run_step(s)
+    assert near.n_cached == 36
+    s.finish(near)
+    s.slots[0].first = 20
+    far = seq("far", list(range(24)) + [97, 96])  # the window before token 24 (16..23) is partly gone
+    s.add(far)
+    plan = run_step(s)
+    assert far.n_cached == 0 and plan.edits == [Trim(0, 0)] and s.slots[0].first == 0

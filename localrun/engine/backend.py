@@ -217,8 +217,10 @@ def new_context(model: Model, *, n_ctx: int, n_batch: int, n_seq_max: int, threa
                 flash_attn: str = "auto", kv_type: str = "f16", kv_unified: bool = False, embeddings: bool = False,
                 pooling: int = L.LLAMA_POOLING_TYPE_UNSPECIFIED, swa_full: bool = True):
     """A llama context of `n_ctx` KV cells for `n_seq_max` sequences: one stream of n_ctx/n_seq_max
-    cells per sequence, or with `kv_unified` one buffer all sequences share. Without `swa_full` the
-    sliding-window layers keep only their window (plus a batch) of cells, not all of them."""
+    cells per sequence, or with `kv_unified` one buffer all sequences share. A sliding-window model's
+    window layers keep every cell with `swa_full` (what a context that cuts its cache back anywhere
+    needs); without it they hold only the window, as llama-server does: less memory, and long prompts
+    no longer attend over masked cells in those layers."""
     params = L.llama_context_default_params()
     params.n_ctx, params.n_batch, params.n_ubatch = n_ctx, n_batch, n_batch
     params.n_seq_max, params.kv_unified, params.swa_full = n_seq_max, kv_unified, swa_full

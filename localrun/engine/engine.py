@@ -71,17 +71,15 @@ class Engine:
             self.ctx = new_context(self.model, n_ctx=settings.parallel * settings.ctx_size,
                                    n_batch=settings.batch_size, n_seq_max=settings.parallel,
                                    threads=self._threads, flash_attn=self.flash_attn,
-                                   kv_type=settings.kv_cache_type, kv_unified=settings.kv_unified,
-                                   swa_full=settings.swa_full)
+                                   kv_type=settings.kv_cache_type, kv_unified=settings.kv_unified, swa_full=False)
         except Exception:
             self.model.free()
             raise
         self.memory = L.llama_get_memory(self.ctx)
         self.batch = Batch(settings.batch_size)
         self._warm_up()
-        windowed = L.llama_model_n_swa(self.model.ptr) > 0 and not settings.swa_full
         self.scheduler = Scheduler(settings.parallel, settings.batch_size, settings.ctx_size, can_cut, share=True,
-                                   whole_reuse=windowed)
+                                   window=L.llama_model_n_swa(self.model.ptr))
         self._embedder: Embedder | None = None
         self._scorer: Scorer | None = None
         self._eog: list[int] | None = None
@@ -136,6 +134,11 @@ class Engine:
         seq = self.scheduler.find(request_id)
         if seq is not None:
             seq.state.forced.extend(tokens)
+
+    @property
+    def threads(self) -> int:
+        """The CPU threads the next step runs with (the tuner may change them between steps)."""
+        return self._threads
 
     @property
     def has_work(self) -> bool:
@@ -213,8 +216,12 @@ class Engine:
         if status != 0:
             raise LocalrunError(f"llama_decode failed with status {status} ({self.batch.n} tokens)")
         self.scheduler.commit(chunks)
+        if self.scheduler.window:  # the window cache may have let old cells go
+            for c in chunks:
+                self.scheduler.slots[c.seq.slot].first = max(0, L.llama_memory_seq_pos_min(self.memory, c.seq.slot))
         if self._tuner and all(not c.seq.prefilling and c.n == 1 for c in chunks):
-            self._tuner.record(threads, self.batch.n, time.perf_counter() - start)
+            end = time.perf_counter()
+            self._tuner.record(threads, self.batch.n, end - start, end)
 
     def _tuned_threads(self) -> int:
         if self._tuner and self._tuner.threads != self._threads:

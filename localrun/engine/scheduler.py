@@ -28,6 +28,7 @@ class Slot:
     tokens: list[int] = field(default_factory=list)
     seq: Sequence | None = None
     last_used: int = 0
+    first: int = 0  # the first position whose cells a sliding-window cache still holds
 
 
 @dataclass(slots=True)
@@ -70,25 +71,61 @@ class Plan:
 
     def batches(self) -> list[list[Chunk]]:
         """The step as `llama_decode` calls: every decode token together, drafts of one length
-        together, then each prompt chunk alone.
+        together, then the prompt chunks in calls where each takes equally many tokens (`stairs`).
 
-        With a KV stream per slot llama.cpp splits a batch into micro-batches holding equally many
-        tokens of each sequence, so a prompt chunk sharing a batch with decode tokens (or with a
-        longer chunk) would have its first or last token evaluated as a lone row, and a lone row
-        attends with other kernels than a chunk of rows: its cache entry, and every later token,
-        would differ from the same prompt run alone. Apart, each chunk is evaluated as it is alone.
+        With a KV stream per slot llama.cpp splits a call into micro-batches holding equally many
+        tokens of each sequence, taking sequences with consecutive ids together. A prompt chunk sharing
+        a call with decode tokens (or with a chunk one token longer) would have a token evaluated as a
+        lone row, and a lone row attends with other kernels than a chunk of rows: its cache entry, and
+        every later token, would differ from the same prompt run alone. Prompt pieces of equal length,
+        each at least two tokens, are evaluated as they are alone; several of them in one micro-batch
+        cost one pass over the weights instead of one each.
         """
         decodes: list[Chunk] = []
         drafts: dict[int, list[Chunk]] = {}
-        prompts: list[list[Chunk]] = []
+        prompts: list[Chunk] = []
         for c in self.chunks:
             if c.draft:
                 drafts.setdefault(c.n, []).append(c)
             elif c.start >= c.seq.n_prompt:  # a generated token: always one
                 decodes.append(c)
             else:
-                prompts.append([c])
-        return ([decodes] if decodes else []) + list(drafts.values()) + prompts
+                prompts.append(c)
+        prompts.sort(key=lambda c: c.seq.slot)  # consecutive slots share micro-batches
+        return ([decodes] if decodes else []) + list(drafts.values()) + _pieces(prompts)
+
+
+def stairs(sizes: list[int]) -> list[list[tuple[int, int]]]:
+    """Split chunks of these sizes into calls in which every taking part evaluates the same number of
+    tokens, never a lone one (unless its whole chunk is one token): each call takes the shortest
+    remainder from every chunk that keeps at least two tokens or none. Returns each call as
+    (chunk index, tokens) pairs; a chunk's pieces come in order and add up to its size."""
+    left = dict(enumerate(sizes))
+    calls = []
+    while left:
+        n = min(left.values())
+        call = [(i, n) for i, r in left.items() if r == n or (n >= MIN_PREFILL and r - n >= MIN_PREFILL)]
+        calls.append(call)
+        for i, _ in call:
+            left[i] -= n
+            if not left[i]:
+                del left[i]
+    return calls
+
+
+def _pieces(chunks: list[Chunk]) -> list[list[Chunk]]:
+    """The prompt chunks cut into the calls `stairs` plans; only a chunk's last piece wants logits."""
+    done = [0] * len(chunks)
+    calls = []
+    for call in stairs([c.n for c in chunks]):
+        pieces = []
+        for i, n in call:
+            c = chunks[i]
+            last = done[i] + n == c.n
+            pieces.append(c if n == c.n else Chunk(c.seq, c.start + done[i], n, c.n_logits if last else 0))
+            done[i] += n
+        calls.append(pieces)
+    return calls
 
 
 # llama.cpp's CPU kernels round a prompt chunk of one token differently from a chunk of several, so
@@ -124,19 +161,20 @@ class Scheduler:
 
     `can_cut`: whether a slot's cache can be cut back to a prefix when a new sequence takes the slot;
     a recurrent model's state cannot, so its slots start over. `share`: whether a slot's cache may be
-    copied into another's; without it caches are never shared between slots. `whole_reuse`: a slot's
-    cache is reused only whole, by a prompt that extends all of it (a chat's next turn): sliding-window
-    layers that keep only their window have let go of the cells a cut-back cache would need again.
+    copied into another's; without it caches are never shared between slots. `window`: a sliding
+    window model's attention span (0: none); its cache lets cells older than the window go (the engine
+    records the first position held in `Slot.first`), so a prefix is reused only where the window
+    before the prefix's end is still there.
     """
 
     def __init__(self, n_slots: int, batch_size: int, ctx_size: int = 1 << 30, can_cut: bool = True,
-                 share: bool = False, whole_reuse: bool = False) -> None:
+                 share: bool = False, window: int = 0) -> None:
         self.slots = [Slot(i) for i in range(n_slots)]
         self.batch_size = batch_size
         self.ctx_size = ctx_size
         self.can_cut = can_cut
         self.share = share
-        self.whole_reuse = whole_reuse
+        self.window = window
         self.waiting: deque[Sequence] = deque()
         self.running: list[Sequence] = []
         self._clock = 0
@@ -225,10 +263,11 @@ class Scheduler:
             seq = self.waiting.popleft()
             self._copy_best_prefix(slot, seq, plan)
             keep = max(0, min(common_prefix(slot.tokens, seq.tokens), seq.n_prompt - MIN_PREFILL))
-            keep = keep if self.can_cut and not (self.whole_reuse and keep < len(slot.tokens)) else 0
+            keep = keep if self.can_cut and self._holds(slot, keep) else 0
             if keep < len(slot.tokens):
                 plan.edits.append(Trim(slot.id, keep))
                 del slot.tokens[keep:]
+                slot.first = min(slot.first, keep)
             self._clock += 1
             slot.seq, slot.last_used = seq, self._clock
             seq.slot, seq.status = slot.id, Status.RUNNING
@@ -245,30 +284,43 @@ class Scheduler:
         """Copy the cache of the slot sharing the longest prefix with `seq` into `slot`, when that pays."""
         if not self.share:
             return
-        shared = [common_prefix(s.tokens, seq.tokens) for s in self.slots]
+        shared = [self._reusable(s, seq.tokens) for s in self.slots]
         source = self.slots[max(range(len(shared)), key=shared.__getitem__)]
-        whole = not self.whole_reuse or shared[source.id] == len(source.tokens) <= seq.n_prompt - MIN_PREFILL
-        if source is not slot and shared[source.id] >= SHARE_MIN and shared[source.id] > shared[slot.id] and whole:
+        if source is not slot and shared[source.id] >= SHARE_MIN and shared[source.id] > shared[slot.id]:
             plan.edits.append(Copy(source.id, slot.id))
-            slot.tokens = list(source.tokens)
+            slot.tokens, slot.first = list(source.tokens), source.first
+
+    def _holds(self, slot: Slot, keep: int) -> bool:
+        """Whether the slot's cache can serve a prefix of `keep` tokens: a sliding-window cache must
+        still hold the window before it (llama-server's rule)."""
+        return not self.window or keep == 0 or slot.first <= max(0, keep - self.window)
+
+    def _reusable(self, slot: Slot, tokens: list[int]) -> int:
+        """How many of `tokens` the slot's cache can serve."""
+        shared = common_prefix(slot.tokens, tokens)
+        return shared if self._holds(slot, shared) else 0
 
     def _best_slot(self, tokens: list[int]) -> Slot | None:
         """The free slot that serves this prompt best while destroying the least cached work.
 
         A shared prefix counts only when it is at least half of what the slot holds: a prompt that
         shares a chat template's first tokens with a long cached conversation must not evict it.
-        Then fewest cached tokens thrown away, then least recently used.
+        Then a slot next to a busy one: llama.cpp evaluates sequences with consecutive ids in one
+        micro-batch, so running sequences in scattered slots cost a pass over the weights each per
+        step. Then fewest cached tokens thrown away, then least recently used.
         """
         free = [s for s in self.slots if s.seq is None]
         if not free:
             return None
+        busy = {s.id for s in self.slots if s.seq is not None}
 
-        def key(slot: Slot) -> tuple[int, int, int]:
-            shared = common_prefix(slot.tokens, tokens)
+        def key(slot: Slot) -> tuple[int, bool, int, int]:
+            shared = self._reusable(slot, tokens)
             useful = shared if 2 * shared >= len(slot.tokens) else 0
-            return useful, -(len(slot.tokens) - useful), -slot.last_used
+            beside = slot.id - 1 in busy or slot.id + 1 in busy
+            return useful, beside, -(len(slot.tokens) - useful), -slot.last_used
 
         return max(free, key=key)
 
 
-__all__ = ["Chunk", "Copy", "Plan", "Scheduler", "Slot", "Trim", "common_prefix"]
+__all__ = ["Chunk", "Copy", "Plan", "Scheduler", "Slot", "Trim", "common_prefix", "stairs"]

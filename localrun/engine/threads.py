@@ -1,10 +1,14 @@
 """Choosing decode threads on a machine whose cores other programs also use.
 
 Measured on the 2-core development machine with SmolLM2: idle, 2 threads decode 112 tok/s against
-73 with 1; with one core busy elsewhere, 2 threads drop to 42 while 1 thread keeps 82. A thread
-waiting for a busy core stalls every matrix multiplication, so "all cores" is right only while
-they are free. The tuner starts at the physical core count and now and then runs a short trial at
-the other choice (n-1, or back to n), keeping whichever decodes faster per token.
+73 with 1; with one core busy elsewhere, 2 threads drop to 42 (and far lower while the daemon and
+its client want CPU too) while 1 thread keeps 82. A thread waiting for a busy core stalls every
+matrix multiplication, so "all cores" is right only while they are free, and the machine changes
+its mind every few seconds. The tuner starts at the physical core count, tries the other choice
+(n-1, or back to n) right after its first measurements, again whenever decoding gets markedly
+slower than it was, and otherwise on a clock whose period doubles while trials keep losing. A
+hopeless trial ends after two steps and a decisive one after three, so trials stay cheap both on an
+idle machine and on a busy one.
 """
 
 from __future__ import annotations
@@ -17,17 +21,23 @@ class ThreadTuner:
     """Pure bookkeeping: `threads` says what to use for the next step, `record` feeds timings back.
 
     Only decode steps are recorded (their cost per token is comparable); prefill steps are not.
+    `now` is a monotonic clock in seconds, given by the caller so that tests can drive time.
     """
 
-    def __init__(self, max_threads: int, period: int = 512, window: int = 12, margin: float = 0.05) -> None:
+    def __init__(self, max_threads: int, window: int = 8, period: float = 4.0, max_period: float = 16.0,
+                 margin: float = 0.05, slowdown: float = 1.4) -> None:
         self.max_threads = max_threads
         self.current = max_threads
-        self.period, self.window, self.margin = period, window, margin
+        self.window, self.margin, self.slowdown = window, margin, slowdown
+        self.min_period, self.max_period = period, max_period
+        self.period = period
         self._baseline: deque[float] = deque(maxlen=window)
+        self._usual: dict[int, float] = {}  # per thread count: the window median it usually reaches
         self._trial: list[float] = []
         self._trial_threads: int | None = None
-        self._since_trial = period - 2 * window  # the first trial comes early
+        self._next_trial: float | None = None  # None: as soon as the first window is full
         self.switches = 0
+        self.trials = 0
 
     @property
     def enabled(self) -> bool:
@@ -37,29 +47,44 @@ class ThreadTuner:
     def threads(self) -> int:
         return self._trial_threads or self.current
 
-    def record(self, threads: int, n_tokens: int, seconds: float) -> None:
+    def record(self, threads: int, n_tokens: int, seconds: float, now: float) -> None:
         if not self.enabled or n_tokens <= 0 or threads != self.threads:
             return
         per_token = seconds / n_tokens
-        if self._trial_threads is None:
-            self._baseline.append(per_token)
-            self._since_trial += 1
-            if self._since_trial >= self.period and len(self._baseline) == self.window:
-                self._trial_threads, self._trial = self._alternative(), []
+        if self._trial_threads is not None:
+            self._trial.append(per_token)
+            self._judge_trial(now)
             return
-        self._trial.append(per_token)
-        if len(self._trial) >= self.window:
-            self._conclude()
+        self._baseline.append(per_token)
+        if len(self._baseline) < (self.window // 2 if self._next_trial is None else self.window):
+            return  # the first trial comes after half a window: a busy core shows at once
+        level = median(self._baseline)
+        usual = self._usual.setdefault(self.current, level)
+        self._usual[self.current] = min(usual, level)
+        due = self._next_trial is None or now >= self._next_trial
+        if due or level > usual * self.slowdown:
+            self._trial_threads, self._trial = self._alternative(), []
+            self.trials += 1
 
     def _alternative(self) -> int:
         return self.max_threads - 1 if self.current == self.max_threads else self.max_threads
 
-    def _conclude(self) -> None:
-        if median(self._trial) < median(self._baseline) * (1 - self.margin):
+    def _judge_trial(self, now: float) -> None:
+        level = median(self._baseline)
+        hopeless = len(self._trial) >= 2 and min(self._trial) > 2 * level
+        decisive = len(self._trial) >= 3 and max(self._trial) < level / 2
+        if not (hopeless or decisive) and len(self._trial) < self.window:
+            return
+        if decisive or not hopeless and median(self._trial) < level * (1 - self.margin):
             self.current = self._trial_threads
             self.switches += 1
             self._baseline.clear()
-        self._trial_threads, self._trial, self._since_trial = None, [], 0
+            self.period = self.min_period
+        else:
+            self._usual[self.current] = level  # the machine as it is now: only a further slowdown re-triggers
+            self.period = min(2 * self.period, self.max_period)
+        self._trial_threads, self._trial = None, []
+        self._next_trial = now + self.period
 
 
 __all__ = ["ThreadTuner"]

@@ -218,7 +218,7 @@ class RunnerHost:
         self._result(rid, {"tokens": [item.to_wire() for item in items]})
 
     def _op_health(self, rid: str, message: dict[str, Any]) -> None:
-        self._result(rid, {"running": len(self.choices)})
+        self._result(rid, {"running": len(self.choices), "threads": self.engine.threads})
 
     def _result(self, rid: str, value: dict[str, Any]) -> None:
         self.channel.send({"type": "result", "id": rid, "value": value})

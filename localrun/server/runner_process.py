@@ -158,6 +158,16 @@ class RunnerProcess:
                 raise
         return _result(message)
 
+    async def health(self, timeout: float = 1.0) -> dict[str, Any] | None:
+        """The runner's own state between two engine steps (running sequences, the CPU threads it
+        decodes with now); None when it is gone or too busy to say within `timeout`."""
+        if not self.alive:
+            return None
+        try:
+            return await asyncio.wait_for(self.call("health"), timeout)
+        except Exception:  # noqa: BLE001 - a dying or busy runner must not break the caller
+            return None
+
     async def stream(self, op: str, **fields: Any) -> AsyncIterator[dict[str, Any]]:
         """A generation: yield delta/done messages until every choice is done. Closing early cancels it."""
         choices = max(1, fields.get("request", {}).get("n", 1))

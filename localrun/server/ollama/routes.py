@@ -168,10 +168,13 @@ async def copy(body: CopyRequest, request: Request) -> Response:
 
 @router.get("/api/ps")
 async def ps(request: Request) -> dict[str, Any]:
-    return {"models": [_running(m) for m in request.app.state.manager.running()]}
+    loaded = request.app.state.manager.running()
+    health = await asyncio.gather(*(m.runner.health() for m in loaded))
+    return {"models": [_running(m, h or {}) for m, h in zip(loaded, health)]}
 
 
-def _running(loaded: Loaded) -> dict[str, Any]:
+def _running(loaded: Loaded, health: dict[str, Any]) -> dict[str, Any]:
+    """One loaded model; `health` is its runner's live state (threads change while it decodes)."""
     model = loaded.model
     return {
         "name": model.name, "model": model.name, "size": loaded.size, "digest": t.digest_hex(model.digest),
@@ -179,7 +182,7 @@ def _running(loaded: Loaded) -> dict[str, Any]:
         "size_vram": loaded.size if loaded.runner.info.get("gpu_layers") else 0,
         "context_length": loaded.options.ctx_size,
         "parallel": loaded.options.parallel, "kv_cache_type": loaded.options.kv_cache_type,
-        "threads": loaded.runner.info.get("threads"), "active_requests": loaded.pending,
+        "threads": health.get("threads", loaded.runner.info.get("threads")), "active_requests": loaded.pending,
         "speculative": loaded.runner.info.get("speculative", 0),
         "speculative_exact": loaded.runner.info.get("speculative_exact"),
         "safe_mode": loaded.options.safe_mode, "extra_buffer_types": loaded.runner.info.get("extra_buffer_types", []),

@@ -1,0 +1,59 @@
+"""The pure parts of scripts/bench_vs_llama_server.py: figures, tables, the CPU's name, the prompts.
+The benchmark itself needs a llama-server binary and a quiet machine; docs/benchmarks.md has its runs."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+
+import pytest
+
+SCRIPT = Path(__file__).resolve().parent.parent / "scripts" / "bench_vs_llama_server.py"
+
+
+@pytest.fixture(scope="module")
+def bench():
+    spec = importlib.util.spec_from_file_location("bench_vs_llama_server", SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # its dataclasses look their module up there
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_markdown_table_has_a_header_rule_and_one_line_per_row(bench):
+    table = bench.markdown_table(["streams", "tok/s"], [["1", "75.0"], ["8", "107.7"]])
+    assert table.splitlines() == ["| streams | tok/s |", "| --- | --- |", "| 1 | 75.0 |", "| 8 | 107.7 |"]
+
+
+def test_aggregate_rate_counts_tokens_after_each_first_over_the_shared_decode_window(bench):
+    a = bench.Answer(start=0.0, first=1.0, end=3.0, tokens=11)
+    b = bench.Answer(start=0.0, first=2.0, end=5.0, tokens=21)
+    assert bench.aggregate_rate([a, b]) == pytest.approx((10 + 20) / (5.0 - 1.0))
+    assert a.ttft == 1.0 and a.decode_rate == pytest.approx(10 / 2.0)
+
+
+def test_ratio_guards_a_zero_baseline(bench):
+    assert bench.ratio(3.0, 2.0) == "1.50" and bench.ratio(1.0, 0.0) == "-"
+
+
+@pytest.mark.parametrize("cpuinfo, want", [
+    ("processor\t: 0\nvendor_id\t: GenuineIntel\nmodel name\t: Intel(R) Xeon(R) Processor\nflags\t: fpu\n",
+     "Intel(R) Xeon(R) Processor"),
+    ("processor\t: 0\nmodel name\t: AMD EPYC 7763 64-Core Processor\n", "AMD EPYC 7763 64-Core Processor"),
+    ("processor\t: 0\nBogoMIPS\t: 50.00\n\nModel\t: Raspberry Pi 4 Model B Rev 1.4\n", "Raspberry Pi 4 Model B Rev 1.4"),
+    ("processor\t: 0\n", "unknown CPU"),
+])
+def test_cpu_model_names_the_cpu_from_proc_cpuinfo(bench, cpuinfo, want):
+    assert bench.cpu_model(cpuinfo) == want
+
+
+def test_rounds_alternate_which_server_goes_first(bench):
+    servers = ("localrun", "llama-server")
+    assert bench.in_turn(servers, 0) == ["localrun", "llama-server"]
+    assert bench.in_turn(servers, 1) == ["llama-server", "localrun"]
+
+
+def test_every_stream_of_every_round_gets_its_own_prompt(bench):
+    prompts = [p for tag in ("0.8", "1.8", "0.4") for p in bench.story_prompts(tag, 8)]
+    assert len(set(prompts)) == len(prompts) == 24
