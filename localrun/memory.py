@@ -104,7 +104,8 @@ def default_context(trained: int, shape: KvShape, file_size: int, options: Any, 
     if ceiling and ceiling < ctx:
         ctx, why = ceiling, "LOCALRUN_MAX_CTX"
     if budget and shape.bytes_per_token and file_size + load_cache_bytes(shape, options, ctx) > budget:
-        ctx, why = _largest_fitting(shape, options, budget - file_size, ctx), "the memory budget (LOCALRUN_MEMORY_BUDGET)"
+        ctx = _largest_fitting(shape, options, budget - file_size, ctx)
+        why = "the memory budget (LOCALRUN_MEMORY_BUDGET)"
     return ctx, why
 
 

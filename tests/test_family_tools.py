@@ -86,6 +86,16 @@ def test_a_forced_call_is_what_the_familys_template_writes_for_a_past_call(name)
     assert family_for(template(name)).call_format.write("get_weather", {"city": "Oslo"}) in rendered
 
 
+def test_command_rs_action_format_reads_back():
+    """Command R (not R7B) has no template among the test data: its marker alone chooses it."""
+    family = family_for("{{ 'Action: ```json' }}")
+    written = family.call_format.write("add", {"a": 2, "b": 3})
+    parser = OutputParser(family, "", {"add"})
+    parser.push(written)
+    _, rest, calls = parser.finish()
+    assert (family.name, rest, [(c.name, c.arguments) for c in calls]) == ("command-r", "", [("add", {"a": 2, "b": 3})])
+
+
 @pytest.mark.parametrize("name", ["Qwen3-Coder", "GLM-4.6"])
 def test_xml_formats_take_strings_bare_enums_as_words_and_the_rest_as_json(name):
     family = family_for(template(name))

@@ -21,7 +21,8 @@ def run(
     seed: Optional[int] = g.SEED, max_tokens: Optional[int] = g.MAX_TOKENS, ctx_size: Optional[int] = g.CTX_SIZE,
     format: Optional[str] = g.FORMAT, keep_alive: Optional[str] = g.KEEP_ALIVE,
     speculative: Optional[int] = g.SPECULATIVE, verbose: bool = g.VERBOSE,
-    think: Optional[bool] = g.THINK, hide_thinking: bool = g.HIDE_THINKING, think_budget: Optional[int] = g.THINK_BUDGET,
+    think: Optional[bool] = g.THINK, hide_thinking: bool = g.HIDE_THINKING,
+    think_budget: Optional[int] = g.THINK_BUDGET,
     host: Optional[str] = g.HOST,
 ) -> None:
     """Answer a prompt and exit, or chat when run on a terminal with no prompt (as `ollama run`)."""
@@ -39,7 +40,8 @@ def run(
     client, model = g.connect(model, host)
     with client:
         if interactive:
-            _chat(client, model, options, system, markdown=True, verbose=verbose, host=host, hide_thinking=hide_thinking)
+            _chat(client, model, options, system, markdown=True, verbose=verbose, host=host,
+                  hide_thinking=hide_thinking)
             return
         with g.reader_may_leave():
             _answer_once(client, model, g.messages_for(text, system), options, json_out, verbose, hide_thinking)
@@ -80,7 +82,8 @@ def chat(
     seed: Optional[int] = g.SEED, max_tokens: Optional[int] = g.MAX_TOKENS, ctx_size: Optional[int] = g.CTX_SIZE,
     format: Optional[str] = g.FORMAT, keep_alive: Optional[str] = g.KEEP_ALIVE,
     speculative: Optional[int] = g.SPECULATIVE, verbose: bool = g.VERBOSE,
-    think: Optional[bool] = g.THINK, hide_thinking: bool = g.HIDE_THINKING, think_budget: Optional[int] = g.THINK_BUDGET,
+    think: Optional[bool] = g.THINK, hide_thinking: bool = g.HIDE_THINKING,
+    think_budget: Optional[int] = g.THINK_BUDGET,
     host: Optional[str] = g.HOST,
 ) -> None:
     """Chat interactively: streamed answers, slash commands (/? for help), history across sessions."""
@@ -89,7 +92,8 @@ def chat(
     client, model = g.connect(model, host)
     with client:
         markdown = not no_markdown and sys.stdout.isatty()
-        _chat(client, model, options, system, markdown=markdown, verbose=verbose, host=host, hide_thinking=hide_thinking)
+        _chat(client, model, options, system, markdown=markdown, verbose=verbose, host=host,
+              hide_thinking=hide_thinking)
 
 
 def _chat(client, model: str, options, system: Optional[str], markdown: bool, verbose: bool,

@@ -71,7 +71,8 @@ KIMI = CallFormat("<|tool_calls_section_begin|><|tool_call_begin|>functions.", "
 HARMONY = CallFormat("<|channel|>commentary to=functions.", " <|constrain|>json<|message|>", "")
 QWEN3_CODER = CallFormat("<tool_call>\n<function=", ">\n", "</function>\n</tool_call>",
                          argument=("<parameter=", ">\n", "\n</parameter>\n"))
-GLM = CallFormat("<tool_call>", "\n", "</tool_call>", argument=("<arg_key>", "</arg_key>\n<arg_value>", "</arg_value>\n"))
+GLM = CallFormat("<tool_call>", "\n", "</tool_call>",
+                 argument=("<arg_key>", "</arg_key>\n<arg_value>", "</arg_value>\n"))
 
 __all__ = ["COMMAND_R", "COMMAND_R7B", "DEEPSEEK_R1", "DEEPSEEK_V3", "GLM", "GRANITE", "HARMONY", "HERMES", "KIMI",
            "LLAMA3", "MISTRAL_ARGS", "MISTRAL_LIST", "QWEN3_CODER", "CallFormat", "bare_value"]
