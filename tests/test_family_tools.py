@@ -181,6 +181,22 @@ def test_ollama_chat_reads_a_llama3_call_streamed_and_not(daemon, models):
     assert [(c.function.name, dict(c.function.arguments)) for c in calls] == [("add", dict(call.function.arguments))]
 
 
+def test_two_calls_stream_with_distinct_indices_and_their_arguments_as_deltas(oai, models):
+    """Two Llama 3 calls in one answer (a JSON list, as the family writes several), forced by a schema."""
+    two = {"type": "array", "items": llama3_call("add", ADD["parameters"]), "minItems": 2, "maxItems": 2}
+    request = dict(model=models[LLAMA3], messages=QUESTION, tools=[openai_tool(ADD)], temperature=0, max_tokens=80,
+                   response_format={"type": "json_schema", "json_schema": {"name": "calls", "schema": two}})
+    whole = oai.chat.completions.create(**request).choices[0]
+    assert whole.finish_reason == "tool_calls" and [c.function.name for c in whole.message.tool_calls] == ["add", "add"]
+    chunks = list(oai.chat.completions.create(**request, stream=True))
+    deltas = [d for c in chunks if c.choices for d in c.choices[0].delta.tool_calls or []]
+    opened = [(d.index, d.function.name) for d in deltas if d.id]
+    assert opened == [(0, "add"), (1, "add")] and len({d.id for d in deltas if d.id}) == 2
+    arguments = {i: "".join(d.function.arguments or "" for d in deltas if d.index == i) for i in (0, 1)}
+    assert [json.loads(arguments[i]) for i in (0, 1)] == [json.loads(c.function.arguments) for c in whole.message.tool_calls]
+    assert chunks[-1].choices[0].finish_reason == "tool_calls"
+
+
 MALFORMED = [  # a Llama 3 call the model writes whole, which is not a call of the offered tools
     llama3_call("subtract", ADD["parameters"]),  # a tool nobody offered
     llama3_call("add", {"type": "string", "enum": ["two and three"]}),  # arguments that are not an object
