@@ -86,6 +86,26 @@ def test_a_forced_call_is_what_the_familys_template_writes_for_a_past_call(name)
     assert family_for(template(name)).call_format.write("get_weather", {"city": "Oslo"}) in rendered
 
 
+NEMO = "mistralai-Mistral-Nemo-Instruct-2407"
+ROUND_TRIP = [*QUESTION, {"role": "assistant", "content": "", "tool_calls": [
+    {"id": "call_3f2a9c0d1e2b4a5f6c7d8e9f", "type": "function", "function": {"name": "add", "arguments": '{"a": 2, "b": 3}'}}]},
+    {"role": "tool", "tool_call_id": "call_3f2a9c0d1e2b4a5f6c7d8e9f", "content": "5"}]
+
+
+@pytest.mark.parametrize("history", [ROUND_TRIP, [{k: v for k, v in m.items() if k != "tool_call_id"} for m in ROUND_TRIP]])
+def test_mistral_v3_templates_get_the_nine_character_call_ids_they_insist_on(history):
+    """OpenAI's ids (call_...) and Ollama's results without an id both reach Nemo's template as one
+    9-character id shared by the call and its result; unmapped, the template refuses them."""
+    family = family_for(template(NEMO))
+    with pytest.raises(Exception, match="length 9"):
+        render(template(NEMO), ROUND_TRIP, bos_token="<s>", eos_token="</s>")
+    shaped = family.with_call_ids(history)
+    call_id, result_id = shaped[1]["tool_calls"][0]["id"], shaped[2]["tool_call_id"]
+    assert call_id == result_id and len(call_id) == 9 and call_id.isalnum()
+    assert f'"call_id": "{call_id}"' in render(template(NEMO), shaped, bos_token="<s>", eos_token="</s>")
+    assert family_for(template("unsloth-mistral-Devstral-Small-2507")).with_call_ids(history) == history
+
+
 def test_command_rs_action_format_reads_back():
     """Command R (not R7B) has no template among the test data: its marker alone chooses it."""
     family = family_for("{{ 'Action: ```json' }}")
@@ -195,6 +215,18 @@ def test_two_calls_stream_with_distinct_indices_and_their_arguments_as_deltas(oa
     arguments = {i: "".join(d.function.arguments or "" for d in deltas if d.index == i) for i in (0, 1)}
     assert [json.loads(arguments[i]) for i in (0, 1)] == [json.loads(c.function.arguments) for c in whole.message.tool_calls]
     assert chunks[-1].choices[0].finish_reason == "tool_calls"
+
+
+def test_a_tool_round_trip_reaches_mistral_nemo_over_ollama_and_openai(daemon, oai, models):
+    """Before, Nemo's template refused both: Ollama's results carry no id, OpenAI's ids are not 9 characters."""
+    answer = ollama.Client(host=daemon.url, timeout=180).chat(
+        model=models[NEMO], tools=[openai_tool(ADD)], options={"temperature": 0, "num_predict": 8},
+        messages=[*QUESTION, {"role": "assistant", "content": "", "tool_calls": [
+            {"function": {"name": "add", "arguments": {"a": 2, "b": 3}}}]}, {"role": "tool", "content": "5"}])
+    assert answer.done
+    reply = oai.chat.completions.create(model=models[NEMO], messages=ROUND_TRIP, tools=[openai_tool(ADD)],
+                                        temperature=0, max_tokens=8)
+    assert reply.choices[0].finish_reason
 
 
 MALFORMED = [  # a Llama 3 call the model writes whole, which is not a call of the offered tools

@@ -12,6 +12,7 @@ from typing import Any, Callable, Collection
 
 from localrun.families import call_format, json_calls, token_calls, xml_calls
 from localrun.families.call_format import CallFormat
+from localrun.families.call_ids import shaped_ids
 from localrun.families.harmony import CLOSE_THOUGHT, HarmonySplitter
 from localrun.families.pieces import CONTENT, Piece
 from localrun.families.thinking import ThinkSplitter
@@ -38,6 +39,7 @@ class Family:
     call_format: CallFormat = call_format.HERMES  # how a forced tool_choice writes its one call
     special_text: bool = False  # its markers are control tokens: the engine must show them as text
     history: str = "reasoning_content"  # how past thinking reaches the template: a message key, or "blocks"
+    call_id_length: int = 0  # the length of letters and digits the template insists a tool-call id has (0: any)
 
     @property
     def thinks(self) -> bool:
@@ -85,6 +87,12 @@ class Family:
         return rest | {self.history: reasoning}
 
 
+    def with_call_ids(self, messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """The conversation with tool-call ids in the shape the template insists on (Mistral v3: 9 letters
+        and digits), the same for a call and its result."""
+        return shaped_ids(messages, self.call_id_length) if self.call_id_length else messages
+
+
 class Plain:
     """The splitter of a family that does not think: everything is answer."""
 
@@ -103,10 +111,11 @@ _COMMAND_R = (json_calls.COMMAND_R_OPEN, json_calls.COMMAND_R7B_OPEN)
 
 
 def _mistral(template: str) -> dict[str, Any]:
-    """Mistral's calls; v11+ templates (Devstral, Magistral) write `[TOOL_CALLS]name[ARGS]{...}`."""
+    """Mistral's calls; v11+ templates (Devstral, Magistral) write `[TOOL_CALLS]name[ARGS]{...}`, v3 ones
+    (Nemo) a JSON list and insist on 9-character call ids."""
     form = call_format.MISTRAL_ARGS if json_calls.MISTRAL_ARGS in template else call_format.MISTRAL_LIST
     return dict(call_markers=(json_calls.MISTRAL_OPEN,), parse_calls=_json(json_calls.MISTRAL_OPEN),
-                special_text=True, call_format=form)
+                special_text=True, call_format=form, call_id_length=9 if "length != 9" in template else 0)
 
 
 # (markers the template must all mention, the family); the first match wins.

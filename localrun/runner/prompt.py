@@ -32,7 +32,8 @@ def build_chat(engine: Engine, request: GenerateRequest, family: Family) -> tupl
         text = request.prompt or ""
         return text, engine.tokenize(text, add_special=True, parse_special=True)
     tools = active_tools(request.tools, request.tool_choice)
-    history = [family.with_history(m) if m.get("role") == "assistant" else m for m in request.messages]
+    history = family.with_call_ids([family.with_history(m) if m.get("role") == "assistant" else m
+                                    for m in request.messages])
     template = request.template or engine.model.chat_template()
     messages, template_tools = prepare_messages(history, tools, template)
     prefill = _prefill(messages)
