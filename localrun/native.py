@@ -188,19 +188,38 @@ class Done:
         return cls(**data)
 
 
+@dataclass(slots=True)
+class Started:
+    """Choice `index` got its sequence slot: `cached_tokens` of its prompt were found in the slot's
+    cache and will not be evaluated again. Comes before the choice's first Delta, when a runner can
+    tell (an upstream server cannot); the Done's timings repeat the count."""
+
+    index: int
+    cached_tokens: int
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Started:
+        return cls(**data)
+
+
 Event = Delta | Done
+_TYPES: dict[type, str] = {Delta: "delta", Done: "done", Started: "started"}
+_DECODERS = {name: kind.from_dict for kind, name in _TYPES.items()}
 
 
-def encode_event(request_id: str, event: Event) -> dict[str, Any]:
+def encode_event(request_id: str, event: Event | Started) -> dict[str, Any]:
     """The runner's message for one event of request `request_id` (see runner/protocol.py)."""
-    return {"type": "delta" if isinstance(event, Delta) else "done", "id": request_id, **event.to_dict()}
+    return {"type": _TYPES[type(event)], "id": request_id, **event.to_dict()}
 
 
-def decode_event(message: dict[str, Any]) -> Event:
-    """The event a "delta" or "done" message carries (the inverse of `encode_event`)."""
+def decode_event(message: dict[str, Any]) -> Event | Started:
+    """The event a "delta", "done" or "started" message carries (the inverse of `encode_event`)."""
     fields = {k: v for k, v in message.items() if k not in ("type", "id")}
-    return Delta.from_dict(fields) if message["type"] == "delta" else Done.from_dict(fields)
+    return _DECODERS[message["type"]](fields)
 
 
 __all__ = ["EFFORTS", "thinking", "GenerateRequest", "Usage", "Timings", "TokenLogprob", "Delta", "ToolCall", "Done", "Event",
-           "decode_event", "encode_event"]
+           "Started", "decode_event", "encode_event"]

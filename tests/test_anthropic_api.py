@@ -18,7 +18,8 @@ import httpx
 import jsonschema
 import pytest
 
-from localrun.server.anthropic.stream import with_pings
+from localrun.native import Delta, Done, Started, Timings
+from localrun.server.anthropic.stream import KEEP_ALIVE, message_events, with_pings
 from localrun.server.anthropic.translate import system_text
 from tests.tool_fixtures import ADD, WEATHER
 
@@ -67,6 +68,24 @@ def test_stream_accumulates_to_the_created_message(client):
     total = created.usage.input_tokens + created.usage.cache_read_input_tokens
     assert streamed.usage.input_tokens + streamed.usage.cache_read_input_tokens == total
     assert streamed.usage.cache_read_input_tokens > 0  # the same prompt again: its prefix was cached
+
+
+def test_message_start_and_message_delta_count_a_cache_hit_alike(client):
+    """Anthropic's way in every place: input_tokens are the prompt tokens evaluated anew and
+    cache_read_input_tokens the cached ones, in message_start as in message_delta and the created message."""
+    request = dict(model=MODEL, max_tokens=6, system="You answer in one word.", messages=ask("Name a fruit."), **GREEDY)
+    client.messages.create(**request)  # now its prompt is in a slot's cache
+    created = client.messages.create(**request)
+    events = list(client.messages.create(**request, stream=True))
+    start = next(e.message.usage for e in events if e.type == "message_start")
+    end = next(e.usage for e in events if e.type == "message_delta")
+    assert start.cache_read_input_tokens > 0 and start.input_tokens < start.cache_read_input_tokens
+    assert (start.input_tokens, start.cache_read_input_tokens) == (end.input_tokens, end.cache_read_input_tokens)
+    assert (end.input_tokens, end.cache_read_input_tokens, end.output_tokens) == \
+        (created.usage.input_tokens, created.usage.cache_read_input_tokens, created.usage.output_tokens)
+    with client.messages.stream(**request) as stream:
+        streamed = stream.get_final_message()
+    assert streamed.usage.model_dump() == created.usage.model_dump()
 
 
 def test_raw_stream_follows_anthropics_event_sequence(daemon):
@@ -223,6 +242,30 @@ def test_billing_header_line_is_stripped_from_the_system_prompt():
     assert system_text(blocks) == "You are Claude Code."
     assert system_text("x-anthropic-billing-header: a\n\nRules.") == "Rules."
     assert system_text("Rules.\nx-anthropic-billing-header: a") == "Rules.\nx-anthropic-billing-header: a"
+
+
+def test_message_start_waits_for_the_slot_behind_keep_alive_comments():
+    """Until the request has its slot (and knows its cached tokens) only SSE comments go out; then
+    message_start with the usage message_delta repeats. Plain data stands in for the runner's events."""
+    class Waiting:
+        prompt_tokens = 50
+
+        async def with_started(self):
+            await asyncio.sleep(0.25)  # a slot frees up
+            yield Started(0, 40)
+            yield Delta(0, "Hi")
+            yield Done(0, "stop", Timings(prompt_tokens=50, cached_tokens=40, generated_tokens=1), "Hi")
+
+    async def collect() -> list[str]:
+        return [chunk async for chunk in message_events(Waiting(), MODEL, ping_interval=0.1)]
+
+    chunks = asyncio.run(collect())
+    waiting = chunks[:chunks.index(next(c for c in chunks if "message_start" in c))]
+    assert waiting and set(waiting) == {KEEP_ALIVE}
+    data = [json.loads(line[6:]) for chunk in chunks for line in chunk.splitlines() if line.startswith("data: ")]
+    start, delta = data[0]["message"]["usage"], next(d["usage"] for d in data if d["type"] == "message_delta")
+    assert (start["input_tokens"], start["cache_read_input_tokens"]) == (10, 40) == \
+        (delta["input_tokens"], delta["cache_read_input_tokens"])
 
 
 def test_pings_fill_silences_and_the_pending_read_is_cancelled_on_exit():

@@ -9,6 +9,7 @@ import sys
 import pexpect
 import pytest
 
+from localrun.api_types import ShowResponse
 from localrun.cli.chat import ChatSession, info_lines, read_message, transcript
 from localrun.client import GenerateOptions
 
@@ -229,7 +230,7 @@ def test_transcript_and_info():
     assert "## System\n\nsys" in text and "## User\n\nhi" in text and "## Assistant\n\nyo" in text
     show = {"details": {"parameter_size": "135M", "quantization_level": "Q4_1", "family": "llama"},
             "model_info": {"general.architecture": "llama", "llama.context_length": 8192}}
-    assert info_lines(show) == ["  Model", "    architecture        llama", "    parameters          135M",
+    assert info_lines(ShowResponse.from_dict(show)) == ["  Model", "    architecture        llama", "    parameters          135M",
                                 "    context length      8192", "    quantization        Q4_1"]
 
 

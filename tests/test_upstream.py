@@ -20,6 +20,7 @@ import ollama
 import openai
 import pytest
 
+from localrun.api_types import ListedModel, ShowResponse
 from tests.daemon import MODEL, start_daemon
 from tests.test_anthropic_api import anthropic_tool
 from tests.tool_fixtures import ADD
@@ -175,10 +176,22 @@ def test_doctor_checks_each_replica_of_the_backend(front):
     assert all("remote-smollm:latest" in r["models"] for r in gpu["replicas"])
 
 
+def test_an_upstream_models_tags_and_show_round_trip_through_the_shared_types(front):
+    headers = {"Authorization": f"Bearer {FRONT_KEY}"}
+    tags = httpx.get(f"{front.url}/api/tags", headers=headers, timeout=30).json()["models"]
+    entry = next(m for m in tags if m["name"] == REMOTE)
+    assert ListedModel.from_dict(entry).to_dict() == entry and entry["remote_host"] == "backend:gpu"
+    shown = httpx.post(f"{front.url}/api/show", json={"model": REMOTE}, headers=headers, timeout=30).json()
+    assert ShowResponse.from_dict(shown).to_dict() == shown and shown["remote_host"] == "backend:gpu"
+
+
 def test_an_operation_the_upstream_api_lacks_is_a_clear_400(front):
     response = httpx.post(f"{front.url}/v1/embeddings", headers={"Authorization": f"Bearer {FRONT_KEY}"},
                           json={"model": REMOTE, "input": "hi"}, timeout=30)
     assert response.status_code in (400, 404) and "gpu" in response.text or REMOTE in response.text
+    response = httpx.post(f"{front.url}/api/perplexity", headers={"Authorization": f"Bearer {FRONT_KEY}"},
+                          json={"model": REMOTE, "text": "hi " * 40, "ctx": 16}, timeout=30)
+    assert response.status_code == 400 and "perplexity is not available" in response.text
 
 
 def _admitted(replica) -> int:

@@ -21,6 +21,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from localrun.api_types import ShowResponse
 from localrun.cli.format import WordWrap
 from localrun.cli.thinking import ThinkingView, shows_thinking
 from localrun.cli.generation import (cut_json, ensure_model, ensure_on_server, print_stats, print_stream,
@@ -160,7 +161,7 @@ class ChatSession:
         elif what == "info":
             say("\n".join(info_lines(self.client.show(self.model))))
         elif what == "template":
-            say(self.client.show(self.model).get("template") or "No template was specified.")
+            say(self.client.show(self.model).template or "No template was specified.")
         else:
             say("Usage: /show info | template | system | parameters")
 
@@ -201,18 +202,14 @@ def transcript(model: str, system: str | None, messages: list[dict[str, str]]) -
     return "\n".join(parts)
 
 
-def info_lines(show: dict[str, Any]) -> list[str]:
+def info_lines(show: ShowResponse) -> list[str]:
     """Ollama's `/show info` block from an `/api/show` answer."""
-    details = show.get("details") or {}
-    info = show.get("model_info") or {}
-    arch = info.get("general.architecture") or details.get("family", "")
-    rows = [("architecture", arch), ("parameters", details.get("parameter_size", "")),
-            ("context length", info.get(f"{arch}.context_length", "")),
-            ("embedding length", info.get(f"{arch}.embedding_length", "")),
-            ("quantization", details.get("quantization_level", ""))]
-    lines = ["  Model"] + [f"    {name:<20}{value}" for name, value in rows if value not in ("", None)]
-    if show.get("license"):
-        lines += ["", "  License", f"    {str(show['license']).splitlines()[0]}"]
+    rows = [("architecture", show.architecture), ("parameters", show.details.parameter_size),
+            ("context length", show.context_length or ""), ("embedding length", show.embedding_length or ""),
+            ("quantization", show.details.quantization_level)]
+    lines = ["  Model"] + [f"    {name:<20}{value}" for name, value in rows if value != ""]
+    if show.license:
+        lines += ["", "  License", f"    {show.license.splitlines()[0]}"]
     return lines
 
 

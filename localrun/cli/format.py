@@ -18,6 +18,20 @@ def human_size(n: int) -> str:
     raise AssertionError("unreachable")
 
 
+def model_size(n: int) -> str:
+    """A model's size as `list` and `show` print it: one decimal below ten units (33 KB, 1.5 GB)."""
+    for unit, scale in (("GB", 1e9), ("MB", 1e6), ("KB", 1e3)):
+        if n >= scale:
+            return f"{n / scale:.1f} {unit}" if n < 10 * scale else f"{n / scale:.0f} {unit}"
+    return f"{n} B"
+
+
+def first_line(text: str, width: int = 60) -> str:
+    """A long text (a license, a system prompt) as one short line."""
+    line = text.strip().split("\n", 1)[0].strip()
+    return line if len(line) <= width and line == text.strip() else line[:width].rstrip() + " …"
+
+
 def until(expires_at: str, now: datetime | None = None) -> str:
     """`/api/ps`'s expires_at as Ollama's UNTIL column: "4 minutes from now", "Forever", "Stopping..."."""
     if not expires_at:
@@ -113,4 +127,4 @@ def print_json(data: Any) -> None:
     sys.stdout.flush()
 
 
-__all__ = ["human_size", "until", "processor", "table", "print_json", "WordWrap"]
+__all__ = ["human_size", "model_size", "first_line", "until", "processor", "table", "print_json", "WordWrap"]

@@ -143,10 +143,10 @@ def perplexity(
     with client:
         result = client.perplexity(model, text, ctx=ctx, batch=batch)
     if as_json:
-        print_json(result)
+        print_json(result.to_dict())
         return
-    typer.echo(f"perplexity {result['perplexity']:.4f}  ({result['scored']} of {result['tokens']} tokens scored "
-               f"in {result['chunks']} chunks of {result['ctx']}, {result['seconds']:.1f} s)")
+    typer.echo(f"perplexity {result.perplexity:.4f}  ({result.scored} of {result.tokens} tokens scored "
+               f"in {result.chunks} chunks of {result.ctx}, {result.seconds:.1f} s)")
 
 
 def _read_text(file: Path) -> str:

@@ -1,9 +1,9 @@
 """Model-store commands: pull, list, show, rm, cp, create. They work without a daemon.
 
-`rm` goes through this home's daemon when it runs, so a loaded model is unloaded as well. When `--host`
-or LOCALRUN_HOST names a server that has a store of its own (see cli/targets.py), every one of them acts
-on that store through the Ollama API the server speaks (/api/pull, /api/tags, /api/show, /api/delete,
-/api/copy, /api/create), and prints what the server says in the same format as for this home's store.
+Each command has one path: it asks the store `open_store` picks (cli/stores.py) and prints the
+answer. That is this home's store, or, when `--host` or LOCALRUN_HOST names a server that has a store
+of its own (see cli/targets.py), that server's over the Ollama API it speaks, printed in the same
+format. `rm` goes through this home's daemon when it runs, so a loaded model is unloaded as well.
 
 Output rules: results go to stdout, progress and errors to stderr. A progress bar only when stderr
 is a terminal (no bar, no ANSI on a pipe or with --quiet, just the final line); --json gives one
@@ -12,16 +12,16 @@ JSON object per line for scripts.
 
 from __future__ import annotations
 
-import re
 import sys
 import time
 from datetime import datetime, timezone
-from typing import Any, Callable, Optional
+from typing import Any, Iterable, Optional
 
 import typer
 
 from localrun.cli.app import app
-from localrun.cli.format import print_json
+from localrun.cli.format import first_line, model_size, print_json
+from localrun.cli.stores import Shown, open_store
 
 SERVER_HELP = ("A server with its own store (URL; Ollama or localrun) to do this on; default: LOCALRUN_HOST's, "
                "else this home's store.")
@@ -51,22 +51,18 @@ def pull(
     host: Optional[str] = typer.Option(None, "--host", help=SERVER_HELP),
 ) -> None:
     """Download a model (or import a local GGUF file) into the store; a no-op when it is present."""
-    from localrun.store import Store
-
     show_bar = sys.stderr.isatty() and not (quiet or as_json)
     reporter = _JsonReporter() if as_json else PullBar() if show_bar else None
     try:
-        server = _server(host)
-        if server is not None:
-            return _pull_on_server(server, model, link, reporter, as_json)
-        result = Store().pull(model, link=link, progress=reporter)
+        made = open_store(host, "pull").pull(model, link, reporter)
     finally:
         if isinstance(reporter, PullBar):
             reporter.close()
     if as_json:
-        print_json({"status": "success", "model": result.to_dict()})
+        print_json({"status": "success", "model": made.json})
     else:
-        typer.echo(f"pulled {result.name} ({result.short_id}, {_size(result.size)})")
+        typer.echo(f"pulled {made.name} on {made.host}" if made.host
+                   else f"pulled {made.name} ({made.short_id}, {model_size(made.size)})")
 
 
 @app.command("list")
@@ -75,31 +71,13 @@ def list_models(
     host: Optional[str] = typer.Option(None, "--host", help=SERVER_HELP),
 ) -> None:
     """List the models in the store."""
-    server = _server(host)
-    if server is not None:
-        models = _ask_server(server, "list", lambda client: client.tags())
-        if as_json:
-            print_json([_tag_dict(tag, server.base_url) for tag in models])
-        else:
-            _print_table([_tag_row(tag) for tag in models])
-        return
-    from localrun.store import Store
-
-    models = Store().list()
-    remote = _declared_upstream_models()
+    models = open_store(host, "list").list()
     if as_json:
-        print_json([m.to_dict() for m in models] + [{"name": name, "backend": backend} for name, backend in remote])
+        print_json([m.json for m in models])
         return
-    _print_table([(m.name, m.short_id, _size(m.size), m.quantization, m.parameter_size, _ago(m.modified))
-                  for m in models] + [(name, f"backend:{backend}", "-", "-", "-", "-") for name, backend in remote])
-
-
-def _declared_upstream_models() -> list[tuple[str, str]]:
-    """(model, backend) for the models backends.toml names; a running daemon's /api/tags (`list --host`)
-    also shows those it discovered from the upstreams' /v1/models."""
-    from localrun.upstream import backends
-
-    return [(model, b.name) for b in backends.load().backends.values() for model in b.models]
+    _print_table([(m.name, m.digest.removeprefix("sha256:")[:12] or m.where or "-",
+                   model_size(m.size) if m.size else "-", m.quantization or "-", m.parameter_size or "-",
+                   _ago(m.modified) if m.modified else "-") for m in models])
 
 
 def _print_table(models: list[tuple[str, ...]]) -> None:
@@ -110,6 +88,11 @@ def _print_table(models: list[tuple[str, ...]]) -> None:
 
 
 app.command("ls", hidden=True)(list_models)
+
+# show's flags that print one part: (the Shown attribute, what it is, /api/show's member for it)
+_PARTS = {"template": ("template", "chat template", "template"), "license": ("license", "license", "license"),
+          "metadata": ("metadata", "metadata (model_info)", "model_info"),
+          "modelfile": ("modelfile", "Modelfile", "modelfile")}
 
 
 @app.command()
@@ -124,50 +107,35 @@ def show(
 ) -> None:
     """Show a model's facts read from its GGUF header (architecture, size, context, template, tokens) and
     what its Modelfile set (parameters, system prompt)."""
-    server = _server(host)
-    if server is not None:
-        return _show_on_server(server, model, as_json, template, license_, metadata, modelfile)
-    from localrun.store import Store, modelfile_of
-
-    store = Store()
-    resolved, info = store.resolve(model), store.show(model)
+    store = open_store(host, "show")
+    shown = store.show(model)
+    wanted = ("modelfile" if modelfile else "template" if template else "license" if license_
+              else "metadata" if metadata else "")
     if as_json:
-        print_json({**resolved.to_dict(), **info.to_dict()})
-    elif modelfile:
-        typer.echo(modelfile_of(resolved, info), nl=False)
-    elif template:
-        _print_template(resolved.template or info.chat_template, info.architecture)
-    elif license_:
-        typer.echo(resolved.modelfile_license or info.license or "(no license in the GGUF metadata)")
-    elif metadata:
-        for key, value in info.metadata.items():
-            typer.echo(f"{key} = {value!r}" if isinstance(value, str) else f"{key} = {value}")
+        print_json(shown.json)
+    elif wanted:
+        _print_part(shown, wanted, model, store.where)
     else:
-        _print_info(resolved, info)
+        _print_model(shown)
 
 
-def _server(host: Optional[str]):
-    """The server whose own store `--host` (or LOCALRUN_HOST) names, or None for this home's store: a
-    loopback address where nothing, this home's daemon or (with no --host) a program that is not localrun
-    listens is this home's (see cli/targets.py)."""
-    from localrun.cli import targets
+def _print_part(shown: Shown, wanted: str, model: str, where: str) -> None:
+    """One part of `show`; a server that did not tell it is one error line."""
+    from localrun.errors import LocalrunError
 
-    target = targets.resolve(host)
-    return None if target.local else target.address
-
-
-def _pull_on_server(address, model: str, link: bool, reporter, as_json: bool) -> None:
-    from localrun.cli import targets
-    from localrun.errors import UsageError
-
-    if link:
-        raise UsageError("--link works with this home's store only, not with a server's (--host)")
-    progress = reporter or (lambda status: None)
-    _ask_server(address, "pull", lambda client: targets.pull_on_server(client, model, progress))
-    if as_json:
-        print_json({"status": "success", "model": {"name": model, "host": address.base_url}})
+    attribute, what, key = _PARTS[wanted]
+    value = getattr(shown, attribute)
+    if value is None:
+        raise LocalrunError(f"{where} does not tell the {what} of {model}: its /api/show has no {key!r}")
+    if wanted == "template":
+        _print_template(value, shown.architecture)
+    elif wanted == "modelfile":
+        typer.echo(value, nl=False)
+    elif wanted == "metadata":
+        for k, v in value.items():
+            typer.echo(f"{k} = {v!r}" if isinstance(v, str) else f"{k} = {v}")
     else:
-        typer.echo(f"pulled {model} on {address.base_url}")
+        typer.echo(value)
 
 
 @app.command()
@@ -177,17 +145,7 @@ def rm(
 ) -> None:
     """Remove models; blobs no other name uses are deleted. This home's running daemon (or the server
     --host or LOCALRUN_HOST names) removes them itself, so a loaded model is unloaded too."""
-    from localrun.cli import targets
-
-    target = targets.resolve(host)
-    if target.up:  # this home's running daemon, or a server with a store of its own
-        for name in models:
-            _ask_server(target.address, "rm", lambda client, name=name: client.delete(name))
-            typer.echo(f"deleted {name}")
-        return
-    from localrun.store import Store
-
-    store = Store()
+    store = open_store(host, "rm", daemon=True)
     for name in models:
         store.remove(name)
         typer.echo(f"deleted {name}")
@@ -202,15 +160,8 @@ def cp(
 ) -> None:
     """Give a pulled model another name (no copy of the file is made). A name that already names another
     model is kept unless --force is given."""
-    server = _server(host)
-    if server is not None:
-        _ask_server(server, "cp", lambda client: client.copy(source, destination))
-        typer.echo(f"copied {source} to {destination}")
-        return
-    from localrun.store import Store
-
-    copied = Store().copy(source, destination, force=force)
-    typer.echo(f"copied {source} to {copied.name}")
+    copied = open_store(host, "cp").copy(source, destination, force)
+    typer.echo(f"copied {source} to {copied}")
 
 
 @app.command()
@@ -232,170 +183,16 @@ def create(
     except (OSError, UnicodeDecodeError) as e:
         raise UsageError(f"cannot read the Modelfile {file}: {getattr(e, 'strerror', None) or e}") from None
     recipe = parse_modelfile(text)
-    server = _server(host)
-    if server is not None:
-        given = {k: getattr(recipe, k) for k in ("system", "template", "license") if getattr(recipe, k) is not None}
-        fields = {"from": recipe.base, "parameters": recipe.parameters, "messages": list(recipe.messages), **given}
-        _ask_server(server, "create", lambda client: client.create(name, fields))
-        typer.echo(f"created {name} on {server.base_url}")
-        return
-    from localrun.store import Store
-
-    show_bar = sys.stderr.isatty() and not quiet
-    reporter = PullBar() if show_bar else None
+    store = open_store(host, "create")
+    reporter = PullBar() if sys.stderr.isatty() and not quiet and not store.where else None
     folder = Path.cwd() if file == "-" else Path(file).resolve().parent
     try:
-        made = Store().create(name, recipe, folder=folder, progress=reporter)
+        made = store.create(name, recipe, folder, reporter)
     finally:
         if reporter is not None:
             reporter.close()
-    typer.echo(f"created {made.name} ({made.short_id}, shares the file of {recipe.base})")
-
-
-def _ask_server(address, command: str, call: Callable[[Any], Any]) -> Any:
-    """`call(client)` on the server at `address`. When it fails and the server does not speak the Ollama
-    API at all (vLLM, llama-server: 404 on /api/version too), one error line says so instead."""
-    from localrun.client import Client
-    from localrun.errors import AuthError, DaemonUnavailable, LocalrunError, Overloaded
-
-    with Client.from_host(address.base_url) as client:
-        try:
-            return call(client)
-        except (AuthError, DaemonUnavailable, Overloaded):
-            raise
-        except LocalrunError:
-            if _speaks_ollama(client):
-                raise  # the server's own answer: a model it lacks, a bad name
-    raise LocalrunError(f"{address.base_url} does not speak the Ollama API (no /api/version): `localrun {command}` "
-                        f"on a server needs one with a store of its own (Ollama or localrun)")
-
-
-def _speaks_ollama(client) -> bool:
-    from localrun.errors import LocalrunError
-
-    try:
-        client.version()
-    except LocalrunError:
-        return False
-    return True
-
-
-def _tag_dict(tag: dict[str, Any], base_url: str) -> dict[str, Any]:
-    """One model of a server's /api/tags with the keys of this home's `list --json` that it tells."""
-    details = tag.get("details") if isinstance(tag.get("details"), dict) else {}
-    digest = str(tag.get("digest") or "")
-    return {"name": str(tag.get("name") or tag.get("model") or ""),
-            "digest": f"sha256:{digest.removeprefix('sha256:')}" if digest else "",
-            "size": tag.get("size") if isinstance(tag.get("size"), int) else 0,
-            "modified": str(tag.get("modified_at") or ""),
-            "architecture": str(details.get("family") or ""),
-            "parameter_size": str(details.get("parameter_size") or ""),
-            "quantization": str(details.get("quantization_level") or ""),
-            "host": base_url}
-
-
-def _tag_row(tag: dict[str, Any]) -> tuple[str, ...]:
-    model = _tag_dict(tag, "")
-    modified = _parse_time(model["modified"])
-    return (model["name"], model["digest"].removeprefix("sha256:")[:12] or str(tag.get("remote_host") or "-"),
-            _size(model["size"]) if model["size"] else "-", model["quantization"] or "-",
-            model["parameter_size"] or "-", _ago(modified) if modified else "-")
-
-
-def _parse_time(text: str) -> Optional[datetime]:
-    """An RFC 3339 time as Ollama writes it (nanoseconds, `Z`), readable by Python 3.10's fromisoformat."""
-    text = re.sub(r"(\.\d{6})\d+", r"\1", text.strip()).replace("Z", "+00:00")
-    try:
-        when = datetime.fromisoformat(text)
-    except ValueError:
-        return None
-    return when if when.tzinfo else when.replace(tzinfo=timezone.utc)
-
-
-_SHOW_FIELDS = {"template": ("template", "chat template"), "license": ("license", "license"),
-                "metadata": ("model_info", "metadata (model_info)"), "modelfile": ("modelfile", "Modelfile")}
-
-
-def _show_on_server(address, model: str, as_json: bool, template: bool, license_: bool, metadata: bool,
-                    modelfile: bool = False) -> None:
-    from localrun.errors import LocalrunError
-
-    wanted = ("template" if template else "license" if license_ else "metadata" if metadata
-              else "modelfile" if modelfile else "")
-    wanted = "" if as_json else wanted  # --json shows everything, as for this home's store
-
-    def ask(client) -> tuple[dict[str, Any], Optional[dict[str, Any]]]:
-        shown = client.show(model)
-        if not isinstance(shown, dict):
-            raise LocalrunError(f"{address.base_url}/api/show answered with something that is not an object")
-        if wanted:
-            return shown, None
-        try:  # size and digest are in /api/tags only
-            return shown, _find_tag(client.tags(), model, shown)
-        except LocalrunError:
-            return shown, None
-
-    shown, tag = _ask_server(address, "show", ask)
-    if wanted:
-        key, what = _SHOW_FIELDS[wanted]
-        value = shown.get(key)
-        if value is None or (wanted == "metadata" and not isinstance(value, dict)):
-            raise LocalrunError(f"{address.base_url} does not tell the {what} of {model}: its /api/show has no "
-                                f"{key!r}")
-        if wanted == "template":
-            _print_template(value, _shown_facts(model, shown, None, "")["architecture"])
-        elif wanted == "license":
-            typer.echo(value or "(no license in the server's answer)")
-        elif wanted == "modelfile":
-            typer.echo(value, nl=False)
-        else:
-            for k, v in value.items():
-                typer.echo(f"{k} = {v!r}" if isinstance(v, str) else f"{k} = {v}")
-        return
-    facts = _shown_facts(model, shown, tag, address.base_url)
-    if as_json:
-        print_json(facts)
-        return
-    rows = [("name", facts["name"]), ("architecture", facts["architecture"] or "-"),
-            ("parameters", facts["parameter_size"] or "-"), ("quantization", facts["quantization"] or "-"),
-            ("context length", str(facts["context_length"] or "-")),
-            ("embedding length", str(facts["embedding_length"] or "-")),
-            ("license", _first_line(facts["license"]) or "-"),
-            ("size", _size(facts["size"]) if facts["size"] else "-"), ("digest", facts["digest"] or "-"),
-            ("server", address.base_url)]
-    _print_model(rows, {}, facts["chat_template"])
-
-
-def _find_tag(tags: list[dict[str, Any]], model: str, shown: dict[str, Any]) -> Optional[dict[str, Any]]:
-    """The /api/tags entry of `model`: by name (Ollama adds `:latest`), else by the blob digest in the
-    Modelfile's FROM line (localrun's tags carry the blob digest; its names resolve catalogue aliases)."""
-    for tag in tags:
-        if tag.get("name") in (model, f"{model}:latest"):
-            return tag
-    found = re.search(r"^FROM .*sha256[-:]([0-9a-f]{64})\s*$", str(shown.get("modelfile") or ""), re.MULTILINE)
-    if found:
-        for tag in tags:
-            if str(tag.get("digest") or "").removeprefix("sha256:") == found.group(1):
-                return tag
-    return None
-
-
-def _shown_facts(model: str, shown: dict[str, Any], tag: Optional[dict[str, Any]], base_url: str) -> dict[str, Any]:
-    """A server's /api/show (and its /api/tags entry) under the keys of this home's `show --json`."""
-    details = shown.get("details") if isinstance(shown.get("details"), dict) else {}
-    info = shown.get("model_info") if isinstance(shown.get("model_info"), dict) else {}
-    listed = _tag_dict(tag, base_url) if tag else {}
-    architecture = str(info.get("general.architecture") or details.get("family") or "")
-    count = info.get("general.parameter_count")
-    return {"name": listed.get("name") or model, "digest": listed.get("digest", ""), "size": listed.get("size", 0),
-            "modified": str(shown.get("modified_at") or listed.get("modified", "")),
-            "architecture": architecture, "parameters": count if isinstance(count, int) else 0,
-            "parameter_size": str(details.get("parameter_size") or ""),
-            "quantization": str(details.get("quantization_level") or ""),
-            "context_length": info.get(f"{architecture}.context_length") or 0,
-            "embedding_length": info.get(f"{architecture}.embedding_length") or 0,
-            "license": str(shown.get("license") or ""), "chat_template": str(shown.get("template") or ""),
-            "metadata": info, "host": base_url}
+    typer.echo(f"created {made.name} on {made.host}" if made.host
+               else f"created {made.name} ({made.short_id}, shares the file of {recipe.base})")
 
 
 def _print_template(template: str, architecture: str) -> None:
@@ -409,52 +206,24 @@ def _print_template(template: str, architecture: str) -> None:
                      f"or ChatML when llama.cpp has none\n")
 
 
-def _first_line(text: str, width: int = 60) -> str:
-    """A license as one short line (Ollama's /api/show sends the whole license text)."""
-    line = text.strip().split("\n", 1)[0].strip()
-    return line if len(line) <= width and line == text.strip() else line[:width].rstrip() + " …"
+def _print_model(shown: Shown) -> None:
+    """`show`'s text: the facts, the special tokens when known, the chat template's size, and what the
+    Modelfile set."""
+    _print_section("  Model", shown.facts())
+    if shown.special_tokens:
+        _print_section("\n  Special tokens", [(key, repr(value)) for key, value in shown.special_tokens.items()])
+    if shown.chat_template:
+        typer.echo(f"\n  Chat template: {len(shown.chat_template)} characters (show --template prints it)")
+    if shown.parameters:
+        _print_section("\n  Parameters", shown.parameters.items())
+    if shown.system:
+        typer.echo(f"\n  System\n    {first_line(shown.system, 100)}")
 
 
-def _print_info(model, info) -> None:
-    facts = [("name", model.name), ("architecture", info.architecture), ("parameters", info.parameter_size),
-             ("quantization", info.quantization), ("context length", str(info.context_length)),
-             ("embedding length", str(info.embedding_length)), ("license", info.license or "-"),
-             ("loads with", _context_in_use(model)), ("size", _size(model.size)), ("digest", model.digest),
-             ("source", model.source)]
-    if model.origin:  # made by `localrun quantize`
-        origin = model.origin
-        facts.append(("quantized from", f"{origin['model']} ({origin['digest'].removeprefix('sha256:')[:12]})"))
-    _print_model(facts, info.special_tokens, model.template or info.chat_template)
-    if model.defaults:
-        typer.echo("\n  Parameters")
-        for key, value in model.defaults.items():
-            typer.echo(f"    {key:<18}{value}")
-    if model.system:
-        typer.echo(f"\n  System\n    {_first_line(model.system, 100)}")
-
-
-def _context_in_use(model) -> str:
-    """The context a load of `model` gets with this environment's settings, and why."""
-    from localrun.config import Settings
-    from localrun.memory import context_for
-
-    settings = Settings.from_env()
-    ctx, why = context_for(model, model.defaults.get("num_ctx"), settings)
-    why = "its Modelfile's num_ctx" if why == "num_ctx" else why
-    return f"{ctx} tokens per request x {settings.engine.parallel} slots ({why})"
-
-
-def _print_model(facts: list[tuple[str, str]], special_tokens: dict[str, Any], chat_template: str) -> None:
-    """`show`'s text: the facts, the special tokens when known, and the chat template's size."""
-    typer.echo("  Model")
-    for key, value in facts:
+def _print_section(title: str, rows: Iterable[tuple[str, Any]]) -> None:
+    typer.echo(title)
+    for key, value in rows:
         typer.echo(f"    {key:<18}{value}")
-    if special_tokens:
-        typer.echo("\n  Special tokens")
-        for key, value in special_tokens.items():
-            typer.echo(f"    {key:<18}{value!r}")
-    if chat_template:
-        typer.echo(f"\n  Chat template: {len(chat_template)} characters (show --template prints it)")
 
 
 class PullBar:
@@ -497,13 +266,6 @@ class _JsonReporter:
             if event.status != "success":
                 print_json(event.to_dict())
             self.last_status, self.last_time = event.status, now
-
-
-def _size(n: int) -> str:
-    for unit, scale in (("GB", 1e9), ("MB", 1e6), ("KB", 1e3)):
-        if n >= scale:
-            return f"{n / scale:.1f} {unit}" if n < 10 * scale else f"{n / scale:.0f} {unit}"
-    return f"{n} B"
 
 
 def _ago(when: datetime) -> str:

@@ -4,6 +4,9 @@
                                    unload, chat, complete
     Client.from_host(host)         base URL from --host / LOCALRUN_HOST, key from LOCALRUN_API_KEY
     TextStream                     a streamed answer: text deltas, then `.completion`
+
+`tags()` and `show()` answer in localrun.api_types' ListedModel and ShowResponse, the types the
+server writes; `pull()` yields its PullProgress (here named PullStatus).
 """
 
 from localrun.client.address import Address, parse_address

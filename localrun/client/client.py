@@ -14,7 +14,9 @@ from typing import Any
 
 import httpx
 
+from localrun.api_types import ListedModel, ShowResponse
 from localrun.client.address import parse_address
+from localrun.ops import PerplexityResult
 from localrun.client.types import Completion, GenerateOptions, PullStatus, RunningModel, Timings, Usage
 from localrun.errors import (AuthError, DaemonUnavailable, InvalidRequest, LocalrunError, ModelNotFound,
                              Overloaded)
@@ -81,24 +83,25 @@ class Client:
             return False
         return response.headers.get("content-type", "").startswith("text/html")
 
-    def show(self, model: str) -> dict[str, Any]:
+    def show(self, model: str) -> ShowResponse:
         """Ollama's `/api/show`: details, parameters, template, model_info."""
-        return self._json("POST", "/api/show", json={"model": model}, timeout=_LOOKUP)
+        shown = self._json("POST", "/api/show", json={"model": model}, timeout=_LOOKUP)
+        if not isinstance(shown, dict):
+            raise LocalrunError(f"{self.base_url}/api/show answered with something that is not an object")
+        return ShowResponse.from_dict(shown)
 
     def trained_context(self, model: str) -> int | None:
         """The context length `model` was trained for, from `/api/show`; None when the server does not say."""
-        info = self.show(model).get("model_info") or {}
-        limit = info.get(f"{info.get('general.architecture', '')}.context_length")
-        return limit if isinstance(limit, int) and limit > 0 else None
+        return self.show(model).context_length or None
 
-    def tags(self) -> list[dict[str, Any]]:
+    def tags(self) -> list[ListedModel]:
         """Ollama's `/api/tags`: the models in the server's own store as it describes them (name, size,
         digest, modified_at, details)."""
         data = self._json("GET", "/api/tags")
         models = data.get("models") if isinstance(data, dict) else None
         if not isinstance(models, list):
             raise LocalrunError(f"{self.base_url}/api/tags answered without a list of models")
-        return [m for m in models if isinstance(m, dict)]
+        return [ListedModel.from_dict(m) for m in models if isinstance(m, dict)]
 
     def copy(self, source: str, destination: str) -> None:
         """Ollama's `/api/copy`: the server gives one of its models a second name."""
@@ -120,7 +123,7 @@ class Client:
                 if "error" in data:
                     raise LocalrunError(str(data["error"]))
                 if data:
-                    yield PullStatus.from_json(data)
+                    yield PullStatus.from_dict(data)
         except httpx.TransportError as e:
             raise DaemonUnavailable(f"the connection broke during the pull: {e}") from None
         except ValueError:
@@ -144,11 +147,15 @@ class Client:
         else when its requests in flight have finished."""
         self._send("POST", "/api/generate", json={"model": model, "keep_alive": 0})
 
-    def perplexity(self, model: str, text: str, ctx: int = 512, batch: int = 2048) -> dict[str, Any]:
-        """`/api/perplexity` (localrun only): perplexity, nll, tokens, scored, chunks, ctx, seconds.
-        No read timeout: a long text takes as long as evaluating it."""
+    def perplexity(self, model: str, text: str, ctx: int = 512, batch: int = 2048) -> PerplexityResult:
+        """`/api/perplexity` (localrun only): perplexity, nll, tokens, scored, chunks, ctx, seconds, the
+        runner's answer as the server passes it on. No read timeout: a long text takes as long as evaluating it."""
         body = {"model": model, "text": text, "ctx": ctx, "batch": batch}
-        return self._json("POST", "/api/perplexity", json=body, timeout=_GENERATE)
+        answer = self._json("POST", "/api/perplexity", json=body, timeout=_GENERATE)
+        try:
+            return PerplexityResult.from_dict(answer)
+        except TypeError:
+            raise LocalrunError(f"{self.base_url}/api/perplexity answered without a perplexity") from None
 
     def score(self, model: str, prompt: str, options: list[str], normalize: str = "sum") -> dict[str, Any]:
         """`/v1/score` (localrun only): each option's exact log-probability after the prompt."""

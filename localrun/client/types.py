@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
+from localrun.api_types import PullProgress
 from localrun.errors import UsageError
 from localrun.sampling import MAX_DRAFT
 
@@ -182,22 +183,7 @@ class RunningModel:
                    data.get("kv_cache_type") or "")
 
 
-@dataclass(slots=True)
-class PullStatus:
-    """One line of Ollama's streamed `/api/pull`: a step, or bytes of a download (total/completed)."""
-
-    status: str
-    digest: str = ""
-    total: int = 0
-    completed: int = 0
-
-    @classmethod
-    def from_json(cls, data: dict[str, Any]) -> PullStatus:
-        return cls(str(data.get("status") or ""), str(data.get("digest") or ""), int(data.get("total") or 0),
-                   int(data.get("completed") or 0))
-
-    def to_dict(self) -> dict[str, Any]:
-        return {k: v for k, v in asdict(self).items() if v or k == "status"}
+PullStatus = PullProgress  # one line of /api/pull, the type the server's store reports pulls in (api_types)
 
 
 __all__ = ["GenerateOptions", "Usage", "Timings", "Completion", "RunningModel", "PullStatus", "coerce_option",

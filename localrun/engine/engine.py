@@ -135,6 +135,12 @@ class Engine:
         if seq is not None:
             seq.state.forced.extend(tokens)
 
+    def cached_tokens(self, request_id: str) -> int | None:
+        """How many of the request's prompt tokens its slot's cache held, once it has a slot; None while
+        it waits for one, or once it is over (its Finished's timings say it then)."""
+        seq = self.scheduler.find(request_id)
+        return seq.n_cached if seq is not None and seq.status is Status.RUNNING else None
+
     @property
     def threads(self) -> int:
         """The CPU threads the next step runs with (the tuner may change them between steps)."""

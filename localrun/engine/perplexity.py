@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import threading
 import time
-from dataclasses import asdict, dataclass
 
 import llama_cpp as L
 import numpy as np
@@ -25,23 +24,10 @@ from localrun.engine.backend import Model
 from localrun.engine.logprobs import log_softmax, output_logits
 from localrun.engine.sidecontext import SideContext
 from localrun.errors import Cancelled, InvalidRequest
+from localrun.ops import PerplexityResult
 
 MIN_CTX = 16
 LOGITS_BUDGET = 256 << 20  # bytes of float32 logits one decode may return (a 262k vocabulary is 1 MiB a row)
-
-
-@dataclass(frozen=True, slots=True)
-class PerplexityResult:
-    perplexity: float
-    nll: float  # mean negative log-likelihood per scored token (nats)
-    tokens: int  # tokens in the text
-    scored: int  # tokens whose likelihood counted
-    chunks: int
-    ctx: int
-    seconds: float
-
-    def to_dict(self) -> dict:
-        return asdict(self)
 
 
 def split_chunks(tokens: list[int], ctx: int, bos: int | None) -> list[list[int]]:

@@ -22,7 +22,11 @@ from localrun.engine.embed import Truncate
 from localrun.engine.perplexity import perplexity
 from localrun.errors import InvalidRequest, LocalrunError
 from localrun.families import GENERIC, Family, OutputParser, family_for
-from localrun.native import Delta, Done, GenerateRequest, TokenLogprob, encode_event
+from localrun.native import Delta, Done, GenerateRequest, Started, TokenLogprob, encode_event
+from localrun.ops import (
+    OPS, Detokenize, Embed, Embeddings, Health, HealthCheck, Perplexity, PromptLogprobs, PromptTokens, Render, Score,
+    Scores, Text, Tokenize, Tokens,
+)
 from localrun.runner.prompt import build_chat, build_grammar, build_prompt
 from localrun.runner.protocol import Channel
 from localrun.sampling import SamplingParams
@@ -60,6 +64,7 @@ class RunnerHost:
         self.channel = channel
         self.inbox: queue.SimpleQueue[dict[str, Any]] = queue.SimpleQueue()
         self.choices: dict[str, _Choice] = {}  # engine request id -> choice
+        self.unslotted: set[str] = set()  # choices that have not got their sequence slot yet
         self.family: Family = family_for(engine.model.chat_template(), engine.model.meta("general.architecture"))
         self.jobs: dict[str, tuple[threading.Thread, threading.Event]] = {}  # request id -> background job
         self.stopping = False
@@ -69,7 +74,9 @@ class RunnerHost:
         while not self.stopping:
             self._drain(block=not self.engine.has_work)
             if self.engine.has_work and not self.stopping:
-                self.channel.send_all([message for event in self.engine.step() for message in self._emit_one(event)])
+                events = self.engine.step()
+                started = self._started()  # before the step's events: a choice's Started precedes its first delta
+                self.channel.send_all(started + [message for event in events for message in self._emit_one(event)])
         for thread, stop in list(self.jobs.values()):  # the model must outlive them
             stop.set()
             thread.join()
@@ -101,7 +108,12 @@ class RunnerHost:
             self.channel.send({"type": "error", "id": rid, "message": f"unknown op {op!r}", "error": "InvalidRequest"})
             return
         try:
-            handler(rid, message)
+            if op in OPS:  # a typed operation (localrun.ops): its answer goes back as a "result"
+                answer = handler(rid, OPS[op].from_dict(message))
+                if answer is not None:  # perplexity answers later, from its own thread
+                    self._result(rid, answer)
+            else:
+                handler(rid, message)
         except LocalrunError as e:
             self._error(rid, e)
         except Exception as e:  # noqa: BLE001 - one request's bug must not end the others
@@ -125,6 +137,7 @@ class RunnerHost:
                 self.engine.add(Request(id=key, prompt=prompt, sampling=choice_sampling, special_text=family.special_text))
                 self.choices[key] = _Choice(rid, index, OutputParser(family, text, names), request.reasoning_budget,
                                             context=list(prompt) if request.return_context else None)
+                self.unslotted.add(key)
         except Exception:
             self._drop(keys)  # the choices already queued go too: the request failed as a whole
             raise
@@ -144,43 +157,41 @@ class RunnerHost:
         if rid in self.jobs:
             self.jobs[rid][1].set()
 
-    def _op_tokenize(self, rid: str, message: dict[str, Any]) -> None:
-        tokens = self.engine.tokenize(message["text"], add_special=message.get("special", True), parse_special=True)
-        self._result(rid, {"tokens": tokens})
+    def _op_tokenize(self, rid: str, op: Tokenize) -> Tokens:
+        return Tokens(self.engine.tokenize(op.text, add_special=op.special, parse_special=True))
 
-    def _op_detokenize(self, rid: str, message: dict[str, Any]) -> None:
-        tokens, n_vocab = message["tokens"], self.engine.model.n_vocab
-        if any(not 0 <= token < n_vocab for token in tokens):  # llama.cpp aborts on an unknown id
+    def _op_detokenize(self, rid: str, op: Detokenize) -> Text:
+        n_vocab = self.engine.model.n_vocab
+        if any(not 0 <= token < n_vocab for token in op.tokens):  # llama.cpp aborts on an unknown id
             raise InvalidRequest(f"tokens: ids must be within the vocabulary (0..{n_vocab - 1})")
-        self._result(rid, {"text": self.engine.detokenize(tokens)})
+        return Text(self.engine.detokenize(op.tokens))
 
-    def _op_render(self, rid: str, message: dict[str, Any]) -> None:
-        request = GenerateRequest(model="", messages=message["messages"], tools=message.get("tools"),
-                                  tool_choice=message.get("tool_choice"), template=message.get("template"))
-        self._result(rid, {"tokens": build_prompt(self.engine, request, self._family(request))})
+    def _op_render(self, rid: str, op: Render) -> Tokens:
+        request = GenerateRequest(model="", messages=op.messages, tools=op.tools, tool_choice=op.tool_choice,
+                                  template=op.template)
+        return Tokens(build_prompt(self.engine, request, self._family(request)))
 
-    def _op_embed(self, rid: str, message: dict[str, Any]) -> None:
-        texts = message["inputs"]
-        if message.get("truncate"):  # cut to the context instead of refused (Ollama's default)
+    def _op_embed(self, rid: str, op: Embed) -> Embeddings:
+        texts: list[str] = op.inputs
+        if op.truncate:  # cut to the context instead of refused (Ollama's default)
             texts = [Truncate(text) for text in texts]
         vectors, tokens = self.engine.embed(texts)
-        self._result(rid, {"embeddings": vectors, "prompt_tokens": tokens})
+        return Embeddings(vectors, tokens)
 
-    def _op_perplexity(self, rid: str, message: dict[str, Any]) -> None:
+    def _op_perplexity(self, rid: str, op: Perplexity) -> None:
         """On a thread and a llama context of its own, so this model's generations go on meanwhile
         (sharing the cores); a cancel stops it between two decodes."""
         stop = threading.Event()
-        thread = threading.Thread(target=self._perplexity, args=(rid, message, stop), name=f"perplexity-{rid}", daemon=True)
+        thread = threading.Thread(target=self._perplexity, args=(rid, op, stop), name=f"perplexity-{rid}", daemon=True)
         self.jobs[rid] = (thread, stop)
         thread.start()
 
-    def _perplexity(self, rid: str, message: dict[str, Any], stop: threading.Event) -> None:
+    def _perplexity(self, rid: str, op: Perplexity, stop: threading.Event) -> None:
         engine = self.engine
         try:
-            result = perplexity(engine.model, message["text"], ctx=message.get("ctx", 512), batch=message.get("batch", 2048),
-                                threads=engine.info["threads"], kv_type=engine.settings.kv_cache_type,
-                                flash_attn=engine.flash_attn, stop=stop)
-            self._result(rid, result.to_dict())
+            result = perplexity(engine.model, op.text, ctx=op.ctx, batch=op.batch, threads=engine.info["threads"],
+                                kv_type=engine.settings.kv_cache_type, flash_attn=engine.flash_attn, stop=stop)
+            self._result(rid, result)
         except LocalrunError as e:
             self._error(rid, e)
         except Exception as e:  # noqa: BLE001 - on this thread an escaped error would leave the caller waiting forever
@@ -188,40 +199,51 @@ class RunnerHost:
         finally:
             self.jobs.pop(rid, None)
 
-    def _op_score(self, rid: str, message: dict[str, Any]) -> None:
+    def _op_score(self, rid: str, op: Score) -> Scores:
         """Exact option scoring; an option's tokens are its text tokenized on its own (see server/score.py)."""
         started = time.perf_counter()
-        request = GenerateRequest(model="", messages=message.get("messages"), prompt=message.get("prompt"))
-        prompt = build_prompt(self.engine, request)
-        options = [self.engine.tokenize(text, add_special=False, parse_special=False) for text in message["options"]]
+        prompt = build_prompt(self.engine, GenerateRequest(model="", messages=op.messages, prompt=op.prompt))
+        options = [self.engine.tokenize(text, add_special=False, parse_special=False) for text in op.options]
         if not all(options):
             raise InvalidRequest("options: every option must have at least one token")
         logprobs = self.engine.score(prompt, options)
-        self._result(rid, {
-            "logprobs": logprobs, "tokens": [len(o) for o in options], "prompt_tokens": len(prompt),
-            "cached_tokens": self.engine.scoring_cached_tokens, "ms": (time.perf_counter() - started) * 1000.0,
-        })
+        return Scores(logprobs, [len(o) for o in options], len(prompt), self.engine.scoring_cached_tokens,
+                      (time.perf_counter() - started) * 1000.0)
 
-    def _op_prompt_logprobs(self, rid: str, message: dict[str, Any]) -> None:
+    def _op_prompt_logprobs(self, rid: str, op: PromptLogprobs) -> PromptTokens:
         """The prompt's own tokens with their log-probabilities (the first has none) and top alternatives."""
         engine = self.engine
-        tokens = engine.tokenize(message["prompt"], add_special=True, parse_special=True)
+        tokens = engine.tokenize(op.prompt, add_special=True, parse_special=True)
         if not tokens:  # an empty prompt (for a model that adds no BOS) has nothing to score
-            self._result(rid, {"tokens": []})
-            return
-        rows = engine.prompt_logprobs(tokens, message.get("top", 0))
+            return PromptTokens([])
+        rows = engine.prompt_logprobs(tokens, op.top)
         piece = lambda token: engine.detokenize([token])  # noqa: E731
-        items = [TokenLogprob(piece(tokens[0]), None)] + [
+        return PromptTokens([TokenLogprob(piece(tokens[0]), None)] + [
             TokenLogprob(piece(token), logprob, [(piece(alt), lp) for alt, lp in top])
             for token, (logprob, top) in zip(tokens[1:], rows)
-        ]
-        self._result(rid, {"tokens": [item.to_wire() for item in items]})
+        ])
 
-    def _op_health(self, rid: str, message: dict[str, Any]) -> None:
-        self._result(rid, {"running": len(self.choices), "threads": self.engine.threads})
+    def _op_health(self, rid: str, op: HealthCheck) -> Health:
+        return Health(len(self.choices), self.engine.threads)
 
-    def _result(self, rid: str, value: dict[str, Any]) -> None:
-        self.channel.send({"type": "result", "id": rid, "value": value})
+    def _result(self, rid: str, answer: Any) -> None:
+        """An operation's typed answer (localrun.ops), as its "result" message."""
+        self.channel.send({"type": "result", "id": rid, "value": answer.to_dict()})
+
+    def _started(self) -> list[dict[str, Any]]:
+        """A "started" message for each choice that got its slot in this step, with the prompt tokens
+        its cache held: a dialect that reports usage before the first token (Anthropic's
+        message_start) counts what the final usage will. Before the step's events, so before the
+        choice's first delta."""
+        out = []
+        for key in list(self.unslotted):
+            choice = self.choices.get(key)
+            cached = self.engine.cached_tokens(key) if choice is not None else None
+            if choice is None or cached is not None:
+                self.unslotted.discard(key)
+            if choice is not None and cached is not None:
+                out.append(encode_event(choice.request_id, Started(choice.index, cached)))
+        return out
 
     def _emit_one(self, event: Token | Finished) -> list[dict[str, Any]]:
         """The messages of one engine event; a failure, the engine's or ours, ends that request alone."""

@@ -8,15 +8,10 @@ Parent -> runner (each carries a caller-chosen string `id`, except shutdown):
     {"op": "generate", "id", "request": GenerateRequest.to_dict()}
     {"op": "cancel",   "id"}                       stop that generation within one engine step (or that
                                                    perplexity job between two decodes: error "Cancelled")
-    {"op": "tokenize", "id", "text", "special": bool}
-    {"op": "detokenize", "id", "tokens": [int]}
-    {"op": "render",   "id", "messages", "tools", "tool_choice"}  chat template + tokenize, no generation
-    {"op": "embed",    "id", "inputs": [str], "truncate": bool}   truncate: cut long inputs to the context
-    {"op": "perplexity", "id", "text", "ctx": int, "batch": int}   llama-perplexity's measure, on a context and
-                                                   a thread of its own (generations go on meanwhile)
-    {"op": "score",    "id", "prompt" | "messages", "options": [str]}   exact option log-probabilities
-    {"op": "prompt_logprobs", "id", "prompt", "top": int}   the prompt's own tokens' log-probabilities
-    {"op": "health",   "id"}
+    {"op": OP, "id", **op.to_dict()}               the other operations, typed in localrun.ops (request and
+                                                   answer): tokenize, detokenize, render, embed, score,
+                                                   prompt_logprobs, perplexity (on a context and a thread of
+                                                   its own: generations go on meanwhile), health
     {"op": "shutdown"}                             finish nothing, exit 0
 
 Runner -> parent:
@@ -25,7 +20,7 @@ Runner -> parent:
     {"type": "accepted", "id", "prompt_tokens"}    the generation is queued in the engine (errors come before)
     {"type": "delta", "id", "index", "text", "logprobs": [[token, logprob, [[alt, lp], ...]], ...]}
     {"type": "done",  "id", "index", "finish_reason", "timings", "text", "tool_calls", "stop_sequence"}
-    {"type": "result", "id", "value"}              answer to the other ops
+    {"type": "result", "id", "value"}              answer to the other ops: value is the op's RESULT.to_dict()
     {"type": "error", "id", "message", "error"}    this request failed; error names a class in localrun.errors
 
 A generation with n choices sends a "done" per index; the parent knows it is over after n of them.

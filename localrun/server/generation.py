@@ -10,11 +10,12 @@ not a 200 stream that ends in an error).
 from __future__ import annotations
 
 import contextlib
+import functools
 import time
 from dataclasses import dataclass, field
-from typing import Any, AsyncIterator, Mapping
+from typing import Any, AsyncIterator, Callable, Mapping
 
-from localrun.native import Delta, Done, Event, GenerateRequest, Timings, TokenLogprob, decode_event
+from localrun.native import Delta, Done, Event, GenerateRequest, Started, Timings, TokenLogprob, decode_event
 from localrun.server import access_log
 from localrun.errors import ContextOverflow
 from localrun.server.defaults import for_model, how_to_raise
@@ -25,13 +26,19 @@ from localrun.server.validate import check_generate
 
 @dataclass(slots=True)
 class Generation:
-    """An accepted generation. Iterate it once for its events; leaving early cancels it."""
+    """An accepted generation. Iterate it once for its events, or once `with_started()`; leaving
+    early cancels it."""
 
     prompt_tokens: int
-    _events: AsyncIterator[Event]
+    _events: Callable[[bool], AsyncIterator[Any]]
 
     def __aiter__(self) -> AsyncIterator[Event]:
-        return self._events
+        return self._events(False)
+
+    def with_started(self) -> AsyncIterator[Event | Started]:
+        """The events, and before a choice's first Delta its `Started` (the prompt tokens its slot had
+        cached) when the runner can tell: for a dialect that reports usage before the first token."""
+        return self._events(True)
 
 
 async def start(manager: ModelManager, request: GenerateRequest,
@@ -53,7 +60,7 @@ async def start(manager: ModelManager, request: GenerateRequest,
         raise
     observer = Observer(loaded.model.name, started, accepted["prompt_tokens"])
     access_log.note(prompt_tokens=accepted["prompt_tokens"])
-    return Generation(accepted["prompt_tokens"], _events(stack, stream, load_ms, observer))
+    return Generation(accepted["prompt_tokens"], functools.partial(_events, stack, stream, load_ms, observer))
 
 
 async def _accepted(stream: AsyncIterator[dict[str, Any]], loaded: Loaded) -> dict[str, Any]:
@@ -65,10 +72,14 @@ async def _accepted(stream: AsyncIterator[dict[str, Any]], loaded: Loaded) -> di
 
 
 async def _events(stack: contextlib.AsyncExitStack, stream: AsyncIterator[dict[str, Any]],
-                  load_ms: float, observer: Observer) -> AsyncIterator[Event]:
+                  load_ms: float, observer: Observer, started: bool) -> AsyncIterator[Event | Started]:
     async with stack:
         async for message in stream:
             event = decode_event(message)
+            if isinstance(event, Started):
+                if started:
+                    yield event
+                continue
             if isinstance(event, Done):
                 event.timings.load_ms = load_ms
             observer.see(event)  # the one place tokens, TTFT and speed are counted, for every dialect

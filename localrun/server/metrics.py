@@ -178,7 +178,7 @@ async def manager_gauges(manager: Any) -> list[str]:
     """Loaded models, admitted requests, queue depth, running sequences and decode threads, read at scrape time."""
     loaded = manager.running()
     health = await asyncio.gather(*(m.runner.health(RUNNER_HEALTH_TIMEOUT_S) for m in loaded))
-    rows = [((("model", m.model.name),), m, h or {}) for m, h in zip(loaded, health)]
+    rows = [((("model", m.model.name),), m, h) for m, h in zip(loaded, health)]
     out = _family("localrun_loaded_models", "gauge", "Models loaded in a runner.", [f"localrun_loaded_models {len(loaded)}"])
     out += _family("localrun_model_info", "gauge", "One per loaded model: its runner's pid and context length.",
                    (f"localrun_model_info{_labels((*k, ('pid', str(m.runner.pid)), ('ctx', str(m.options.ctx_size))))} 1"
@@ -188,9 +188,9 @@ async def manager_gauges(manager: Any) -> list[str]:
     out += _family("localrun_queue_depth", "gauge", "Admitted requests waiting for a sequence slot.",
                    (f"localrun_queue_depth{_labels(k)} {max(0, m.pending - m.options.parallel)}" for k, m, _ in rows))
     out += _family("localrun_running_sequences", "gauge", "Sequences the runner's engine is working on.",
-                   (f"localrun_running_sequences{_labels(k)} {h['running']}" for k, _, h in rows if "running" in h))
+                   (f"localrun_running_sequences{_labels(k)} {h.running}" for k, _, h in rows if h is not None))
     out += _family("localrun_decode_threads", "gauge", "CPU threads the runner's engine decodes with now.",
-                   (f"localrun_decode_threads{_labels(k)} {h['threads']}" for k, _, h in rows if "threads" in h))
+                   (f"localrun_decode_threads{_labels(k)} {h.threads}" for k, _, h in rows if h and h.threads is not None))
     out += _family("localrun_parallel_slots", "gauge", "Sequence slots per model.",
                    (f"localrun_parallel_slots{_labels(k)} {m.options.parallel}" for k, m, _ in rows))
     return out

@@ -12,10 +12,9 @@ from typing import Any
 from fastapi import APIRouter, Request
 from pydantic import Field
 
+from localrun.server import operations
 from localrun.server.hangup import unless_hung_up
 from localrun.server.jsonbody import JSONBodyRoute
-from localrun.memory import KvShape, cache_bytes
-from localrun.server.manager import check_context
 from localrun.server.wire import WireModel
 
 router = APIRouter(tags=["perplexity"], route_class=JSONBodyRoute)
@@ -37,12 +36,5 @@ class PerplexityRequest(WireModel):
 async def perplexity(body: PerplexityRequest, request: Request) -> dict[str, Any]:
     """Minutes of work on a long text: a client that hangs up stops it (see server/hangup.py). Its
     context's KV cache counts against the memory budget while it runs."""
-    manager = request.app.state.manager
-    async with manager.lease(body.model) as loaded:
-        check_context(loaded.model, body.ctx, "ctx")
-        chunks = max(1, body.batch // body.ctx)  # the job's own context: batch // ctx chunks at most
-        extra = cache_bytes(KvShape.of(loaded.model.facts), loaded.options.kv_cache_type, body.ctx, chunks, body.batch,
-                             swa_full=True)
-        with manager.reserve(loaded, extra):
-            job = loaded.runner.call("perplexity", text=body.text, ctx=body.ctx, batch=body.batch)
-            return await unless_hung_up(request, job)
+    job = operations.perplexity(request.app.state.manager, body.model, body.text, body.ctx, body.batch)
+    return (await unless_hung_up(request, job)).to_dict()

@@ -25,6 +25,7 @@ from typing import Any, AsyncIterator, Callable, Iterable
 from localrun.config import EngineSettings
 from localrun.cpu_features import crash_hint
 from localrun.errors import LoadCrashed, ModelLoadError, RunnerCrashed, error_class
+from localrun.ops import Health, HealthCheck, ask
 from localrun.runner.protocol import encode
 
 log = logging.getLogger("localrun.runner")
@@ -158,13 +159,13 @@ class RunnerProcess:
                 raise
         return _result(message)
 
-    async def health(self, timeout: float = 1.0) -> dict[str, Any] | None:
+    async def health(self, timeout: float = 1.0) -> Health | None:
         """The runner's own state between two engine steps (running sequences, the CPU threads it
         decodes with now); None when it is gone or too busy to say within `timeout`."""
         if not self.alive:
             return None
         try:
-            return await asyncio.wait_for(self.call("health"), timeout)
+            return await asyncio.wait_for(ask(self, HealthCheck()), timeout)
         except Exception:  # noqa: BLE001 - a dying or busy runner must not break the caller
             return None
 

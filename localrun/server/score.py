@@ -24,6 +24,7 @@ from fastapi import APIRouter, Request
 from pydantic import Field, model_validator
 
 from localrun.errors import InvalidRequest
+from localrun.server import operations
 from localrun.server.jsonbody import JSONBodyRoute
 from localrun.server.openai.translate import normalize_messages
 from localrun.server.wire import WireModel
@@ -51,17 +52,16 @@ class ScoreRequest(WireModel):
 async def score(body: ScoreRequest, request: Request) -> dict[str, Any]:
     _check_options(body.options)
     messages = normalize_messages(body.messages) if body.messages is not None else None
-    async with request.app.state.manager.lease(body.model) as loaded:
-        value = await loaded.runner.call("score", prompt=body.prompt, messages=messages, options=body.options)
-    scores = [lp / n if body.normalize == "mean" else lp for lp, n in zip(value["logprobs"], value["tokens"])]
+    answer = await operations.score(request.app.state.manager, body.model, body.options, body.prompt, messages)
+    scores = [lp / n if body.normalize == "mean" else lp for lp, n in zip(answer.logprobs, answer.tokens)]
     return {
         "object": "score", "model": body.model,
         "choices": [{"index": i, "option": option, "logprob": lp, "tokens": n, "score": s, "prob": p}
-                    for i, (option, lp, n, s, p) in enumerate(zip(body.options, value["logprobs"], value["tokens"],
+                    for i, (option, lp, n, s, p) in enumerate(zip(body.options, answer.logprobs, answer.tokens,
                                                                    scores, softmax(scores)))],
-        "usage": {"prompt_tokens": value["prompt_tokens"], "cached_tokens": value["cached_tokens"],
-                  "option_tokens": sum(value["tokens"])},
-        "timings": {"score_ms": value["ms"]},
+        "usage": {"prompt_tokens": answer.prompt_tokens, "cached_tokens": answer.cached_tokens,
+                  "option_tokens": sum(answer.tokens)},
+        "timings": {"score_ms": answer.ms},
     }
 
 

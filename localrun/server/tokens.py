@@ -3,11 +3,10 @@ with a `model` field since the daemon serves several)."""
 
 from __future__ import annotations
 
-from typing import Any
-
 from fastapi import APIRouter, Request
 from pydantic import Field
 
+from localrun.server import operations
 from localrun.server.jsonbody import JSONBodyRoute
 from localrun.server.wire import WireModel
 
@@ -26,12 +25,12 @@ class DetokenizeRequest(WireModel):
 
 
 @router.post("/api/tokenize")
-async def tokenize(body: TokenizeRequest, request: Request) -> dict[str, Any]:
-    async with request.app.state.manager.lease(body.model) as loaded:
-        return await loaded.runner.call("tokenize", text=body.text, special=body.add_special)
+async def tokenize(body: TokenizeRequest, request: Request) -> dict[str, list[int]]:
+    answer = await operations.tokenize(request.app.state.manager, body.model, body.text, body.add_special)
+    return {"tokens": answer.tokens}
 
 
 @router.post("/api/detokenize")
-async def detokenize(body: DetokenizeRequest, request: Request) -> dict[str, Any]:
-    async with request.app.state.manager.lease(body.model) as loaded:
-        return await loaded.runner.call("detokenize", tokens=body.tokens)
+async def detokenize(body: DetokenizeRequest, request: Request) -> dict[str, str]:
+    answer = await operations.detokenize(request.app.state.manager, body.model, body.tokens)
+    return {"text": answer.text}

@@ -7,6 +7,8 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from localrun.api_types import PullProgress
+
 
 @dataclass(frozen=True, slots=True)
 class Facts:
@@ -82,20 +84,6 @@ class Model:
                 **asdict(self.facts), "defaults": dict(self.defaults),
                 "origin": dict(self.origin), "system": self.system, "template": self.template,
                 "messages": list(self.messages), "modelfile_license": self.modelfile_license}
-
-
-@dataclass(frozen=True, slots=True)
-class PullProgress:
-    """One progress event, in Ollama's words: pulling manifest, pulling <digest>, verifying sha256
-    digest, writing manifest, success. `total`/`completed` are bytes while pulling, else 0."""
-
-    status: str
-    digest: str = ""
-    total: int = 0
-    completed: int = 0
-
-    def to_dict(self) -> dict[str, Any]:
-        return {k: v for k, v in asdict(self).items() if v or k == "status"}
 
 
 __all__ = ["Facts", "Model", "ModelInfo", "PullProgress"]

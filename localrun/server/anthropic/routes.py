@@ -11,12 +11,10 @@ from typing import Any
 from fastapi import APIRouter, Request
 
 from localrun.errors import LocalrunError
-from localrun.native import GenerateRequest as NativeRequest
-from localrun.server import generation
+from localrun.server import generation, operations
 from localrun.server.anthropic import translate as t
 from localrun.server.anthropic.protocol import CountTokensRequest, MessagesRequest
 from localrun.server.anthropic.stream import message_events
-from localrun.server.defaults import with_model_prompt
 from localrun.server.errors import error_body
 from localrun.server.hangup import unless_hung_up
 from localrun.server.jsonbody import JSONBodyRoute
@@ -46,8 +44,6 @@ async def count_tokens(body: CountTokensRequest, request: Request) -> dict[str, 
     """The real count: the conversation, with the model's Modelfile prompt, through its chat template and tokenizer."""
     tools = t.tools(body.tools)
     check_tools(tools)
-    async with request.app.state.manager.lease(body.model) as loaded:
-        native = with_model_prompt(NativeRequest(model=body.model, messages=t.conversation(body)), loaded.model)
-        value = await loaded.runner.call("render", messages=native.messages, template=native.template, tools=tools,
-                                         tool_choice=t.tool_choice(body.tool_choice))
-    return {"input_tokens": len(value["tokens"])}
+    count = await operations.count_tokens(request.app.state.manager, body.model, t.conversation(body), tools,
+                                          t.tool_choice(body.tool_choice))
+    return {"input_tokens": count}

@@ -1,6 +1,7 @@
 """Anthropic's server-sent event sequence for one streamed message:
 
-    message_start                     the message with empty content and the prompt's token count
+    (": keep-alive" comments)         every PING_INTERVAL_S while the request waits for a sequence slot
+    message_start                     the message with empty content and the prompt's usage
     ping                              at once, then at least every PING_INTERVAL_S while nothing else is sent
     content_block_start  (index i)    a thinking block when thinking appears, a text block when text
                                       appears, a tool_use block per call
@@ -11,31 +12,44 @@
 
 Pings matter while a long prompt (Claude Code sends tens of thousands of tokens) is prefilled: the
 first token may be minutes away and clients time out a silent connection.
+
+Usage is counted one way throughout, Anthropic's: `input_tokens` are the prompt tokens evaluated
+anew, `cache_read_input_tokens` the ones found in the cache. So message_start waits until the
+request has its slot (the runner's `Started`, which says what the cache held; usually within one
+engine step) and reports what message_delta will; until then only SSE comments keep the connection
+alive, since a client may read nothing before message_start. A model served upstream cannot say
+before its end: its message_start counts the whole prompt as input.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+from dataclasses import replace
 from typing import Any, AsyncIterator, TypeVar
 
-from localrun.native import Delta, Done, Timings
+from localrun.native import Delta, Done, Started, Timings
 from localrun.server import generation
 from localrun.server.anthropic import translate as t
 from localrun.server.streaming import sse
 
 PING_INTERVAL_S = 5.0
+KEEP_ALIVE = ": keep-alive\n\n"  # an SSE comment: every SSE reader skips it
 T = TypeVar("T")
 
 
 async def message_events(gen: generation.Generation, model: str,
                          ping_interval: float = PING_INTERVAL_S) -> AsyncIterator[str]:
-    blocks = _Blocks()
-    yield _event("message_start", message=_started(model, gen.prompt_tokens))
-    yield _event("ping")
-    async for event in with_pings(gen, ping_interval):
-        if event is None:
+    blocks, opened = _Blocks(), False
+    async for event in with_pings(gen.with_started(), ping_interval):
+        if not opened and event is not None:
+            yield _event("message_start", message=_started(model, gen.prompt_tokens, event))
             yield _event("ping")
+            opened = True
+        if event is None:
+            yield _event("ping") if opened else KEEP_ALIVE
+        elif isinstance(event, Started):
+            continue
         elif isinstance(event, Delta):
             for chunk in blocks.thinking(event.reasoning) + blocks.text(event.text):
                 yield chunk
@@ -106,8 +120,15 @@ class _Blocks:
         return closing + [_event("content_block_stop", index=self.index - 1)]
 
 
-def _started(model: str, prompt_tokens: int) -> dict[str, Any]:
-    usage = t.usage(Timings(prompt_tokens=prompt_tokens))  # what is cached is not known before the end
+def _started(model: str, prompt_tokens: int, first: Started | Delta | Done) -> dict[str, Any]:
+    """The message as message_start has it: the prompt's usage as the first event tells it (a Done
+    has the final one; a Delta before any Started means the cache is not known: none counted)."""
+    if isinstance(first, Done):
+        timings = first.timings
+    else:
+        cached = first.cached_tokens if isinstance(first, Started) else 0
+        timings = Timings(prompt_tokens=prompt_tokens, cached_tokens=cached)
+    usage = t.usage(replace(timings, generated_tokens=0))
     return {"id": t.new_id(), "type": "message", "role": "assistant", "model": model, "content": [],
             "stop_reason": None, "stop_sequence": None, "usage": usage, "container": None}
 

@@ -8,7 +8,7 @@ import asyncio
 import logging
 import time
 from datetime import datetime, timedelta, timezone
-from typing import Any, AsyncIterator, Callable
+from typing import Any, AsyncIterator, Awaitable, Callable
 
 from fastapi import APIRouter, Request
 from fastapi.responses import PlainTextResponse, Response
@@ -17,7 +17,8 @@ from localrun import __version__
 from localrun.durations import parse_duration
 from localrun.errors import DiskFull, DownloadError, InvalidRequest, LocalrunError, SourceRefused
 from localrun.native import Delta, Done, GenerateRequest as NativeRequest
-from localrun.server import generation
+from localrun.ops import Embeddings, Health
+from localrun.server import generation, operations
 from localrun.server.hangup import unless_hung_up
 from localrun.server.jsonbody import JSONBodyRoute
 from localrun.server.manager import Loaded, ModelManager
@@ -65,17 +66,17 @@ async def tags(request: Request) -> dict[str, Any]:
     models = await asyncio.to_thread(request.app.state.store.list)
     upstreams = request.app.state.manager.upstreams
     remote = [t.upstream_tag(m) for m in upstreams.models()] if upstreams else []
-    return {"models": [t.tag(m) for m in models] + remote}
+    return {"models": [listed.to_dict() for listed in [*map(t.tag, models), *remote]]}
 
 
 @router.post("/api/show")
 async def show(body: ShowRequest, request: Request) -> dict[str, Any]:
     route = await request.app.state.manager.upstream(body.model)
     if route is not None:
-        return t.upstream_show(route.model)
+        return t.upstream_show(route.model).to_dict()
     store = request.app.state.store
     model = await asyncio.to_thread(store.resolve, body.model)
-    return t.show(model, await asyncio.to_thread(store.show, body.model))
+    return t.show(model, await asyncio.to_thread(store.show, body.model)).to_dict()
 
 
 @router.post("/api/pull")
@@ -170,19 +171,19 @@ async def copy(body: CopyRequest, request: Request) -> Response:
 async def ps(request: Request) -> dict[str, Any]:
     loaded = request.app.state.manager.running()
     health = await asyncio.gather(*(m.runner.health() for m in loaded))
-    return {"models": [_running(m, h or {}) for m, h in zip(loaded, health)]}
+    return {"models": [_running(m, h) for m, h in zip(loaded, health)]}
 
 
-def _running(loaded: Loaded, health: dict[str, Any]) -> dict[str, Any]:
+def _running(loaded: Loaded, health: Health | None) -> dict[str, Any]:
     """One loaded model; `health` is its runner's live state (threads change while it decodes)."""
     model = loaded.model
     return {
         "name": model.name, "model": model.name, "size": loaded.size, "digest": t.digest_hex(model.digest),
-        "details": t.details(model), "expires_at": _expires_at(loaded).isoformat(),
+        "details": t.details(model).to_dict(), "expires_at": _expires_at(loaded).isoformat(),
         "size_vram": loaded.size if loaded.runner.info.get("gpu_layers") else 0,
         "context_length": loaded.options.ctx_size,
         "parallel": loaded.options.parallel, "kv_cache_type": loaded.options.kv_cache_type,
-        "threads": health.get("threads", loaded.runner.info.get("threads")), "active_requests": loaded.pending,
+        "threads": health.threads if health else loaded.runner.info.get("threads"), "active_requests": loaded.pending,
         "speculative": loaded.runner.info.get("speculative", 0),
         "speculative_exact": loaded.runner.info.get("speculative_exact"),
         "safe_mode": loaded.options.safe_mode, "extra_buffer_types": loaded.runner.info.get("extra_buffer_types", []),
@@ -253,25 +254,19 @@ async def _load(manager: ModelManager, body: Body) -> str:
 async def embed(body: EmbedRequest, request: Request) -> dict[str, Any]:
     started = time.perf_counter_ns()
     inputs = [body.input] if isinstance(body.input, str) else body.input
-    inputs = [text for text in inputs if text]  # Ollama: no input only loads the model
-    value, load_ns = await _embed(request.app.state.manager, body, inputs)
-    return {"model": body.model, "embeddings": shortened(value["embeddings"], body.dimensions),
-            "total_duration": time.perf_counter_ns() - started, "load_duration": load_ns,
-            "prompt_eval_count": value["prompt_tokens"]}
+    answer = await _embed(request.app.state.manager, body, [text for text in inputs if text])
+    return {"model": body.model, "embeddings": shortened(answer.embeddings, body.dimensions),
+            "total_duration": time.perf_counter_ns() - started, "load_duration": int(answer.load_ms * 1e6),
+            "prompt_eval_count": answer.prompt_tokens}
 
 
 @router.post("/api/embeddings")
 async def embeddings(body: EmbeddingsRequest, request: Request) -> dict[str, Any]:
-    value, _ = await _embed(request.app.state.manager, body, [body.prompt] if body.prompt else [])
-    return {"embedding": value["embeddings"][0] if value["embeddings"] else []}
+    answer = await _embed(request.app.state.manager, body, [body.prompt] if body.prompt else [])
+    return {"embedding": answer.embeddings[0] if answer.embeddings else []}
 
 
-async def _embed(manager: ModelManager, body: EmbedRequest | EmbeddingsRequest,
-                 inputs: list[str]) -> tuple[dict[str, Any], int]:
-    """The runner's vectors for `inputs` (none: just load), and how long loading took in ns."""
-    started = time.perf_counter_ns()
-    async with manager.lease(body.model, body.options.num_ctx if body.options else None, body.keep_alive) as loaded:
-        load_ns = time.perf_counter_ns() - started
-        if not inputs:
-            return {"embeddings": [], "prompt_tokens": 0}, load_ns
-        return await loaded.runner.call("embed", inputs=inputs, truncate=body.truncate), load_ns
+def _embed(manager: ModelManager, body: EmbedRequest | EmbeddingsRequest, inputs: list[str]) -> Awaitable[Embeddings]:
+    """The vectors for `inputs` (none: Ollama only loads the model), with the body's num_ctx and keep_alive."""
+    return operations.embed(manager, body.model, inputs, body.truncate, body.options.num_ctx if body.options else None,
+                            body.keep_alive)

@@ -11,6 +11,7 @@ from __future__ import annotations
 from datetime import datetime, timezone
 from typing import Any
 
+from localrun.api_types import ListedModel, ModelDetails, ShowResponse
 from localrun.durations import parse_duration
 from localrun.errors import InvalidRequest
 from localrun.families import family_for
@@ -176,55 +177,49 @@ def digest_hex(digest: str) -> str:
     return digest.removeprefix("sha256:")
 
 
-def details(model: Any) -> dict[str, Any]:
+def details(model: Any) -> ModelDetails:
     """Ollama's `details` object, from a store Model or ModelInfo (both read through to the GGUF facts)."""
-    return {"parent_model": "", "format": "gguf", "family": model.architecture,
-            "families": [model.architecture] if model.architecture else None,
-            "parameter_size": model.parameter_size, "quantization_level": model.quantization}
+    return ModelDetails("", "gguf", model.architecture, [model.architecture] if model.architecture else None,
+                        model.parameter_size, model.quantization)
 
 
-def tag(model: Any) -> dict[str, Any]:
+def tag(model: Any) -> ListedModel:
     """One entry of /api/tags."""
-    return {"name": model.name, "model": model.name, "modified_at": model.modified.isoformat(),
-            "size": model.size, "digest": digest_hex(model.digest), "details": details(model)}
+    return ListedModel(model.name, model.name, model.modified.isoformat(), model.size, digest_hex(model.digest),
+                       details(model))
 
 
-_NO_DETAILS = {"parent_model": "", "format": "", "family": "", "families": None, "parameter_size": "",
-               "quantization_level": ""}
+UNKNOWN_TIME = "1970-01-01T00:00:00Z"
 
 
-def upstream_tag(model: Any) -> dict[str, Any]:
+def upstream_tag(model: Any) -> ListedModel:
     """One /api/tags entry for a model another server answers for, marked as Ollama marks its cloud
     models (`remote_model`, `remote_host`); `remote_host` names the backend of backends.toml."""
-    return {"name": model.name, "model": model.name, "modified_at": "1970-01-01T00:00:00Z", "size": 0, "digest": "",
-            "details": _NO_DETAILS, **_remote(model)}
+    return ListedModel(model.name, model.name, UNKNOWN_TIME, remote_model=model.upstream_id,
+                       remote_host=_remote_host(model))
 
 
-def upstream_show(model: Any) -> dict[str, Any]:
+def upstream_show(model: Any) -> ShowResponse:
     """/api/show for an upstream model: where it lives; its weights and template are the upstream's."""
-    return {"license": "", "modelfile": f"# {model.name} is served by backend {', '.join(model.backends)}\n",
-            "parameters": "", "template": "", "details": _NO_DETAILS, "model_info": {},
-            "capabilities": ["completion", "tools"], "modified_at": "1970-01-01T00:00:00Z", **_remote(model)}
+    return ShowResponse("", f"# {model.name} is served by backend {', '.join(model.backends)}\n", "", "",
+                        model_info={}, capabilities=["completion", "tools"], modified_at=UNKNOWN_TIME,
+                        remote_model=model.upstream_id, remote_host=_remote_host(model))
 
 
-def _remote(model: Any) -> dict[str, str]:
-    return {"remote_model": model.upstream_id, "remote_host": f"backend:{','.join(model.backends)}"}
+def _remote_host(model: Any) -> str:
+    return f"backend:{','.join(model.backends)}"
 
 
-def show(model: Any, info: Any) -> dict[str, Any]:
+def show(model: Any, info: Any) -> ShowResponse:
     """/api/show: the model's license, template, parameters, a Modelfile, GGUF metadata, capabilities.
     What a Modelfile set (`localrun create`) comes before what the GGUF carries."""
     parameters = "\n".join(f"{key:<15} {one}" for key, value in model.defaults.items()
                            for one in (value if isinstance(value, list) else [value]))
-    model_info = {"general.parameter_count": info.parameters, **info.metadata}
-    shown = {"license": model.modelfile_license or info.license, "modelfile": modelfile(model, info),
-             "parameters": parameters, "template": model.template or info.chat_template, "details": details(model),
-             "model_info": model_info, "capabilities": capabilities(info, model.template), "modified_at": model.modified.isoformat()}
-    if model.system:
-        shown["system"] = model.system
-    if model.messages:
-        shown["messages"] = list(model.messages)
-    return shown
+    return ShowResponse(
+        model.modelfile_license or info.license, modelfile(model, info), parameters,
+        model.template or info.chat_template, details(model), {"general.parameter_count": info.parameters, **info.metadata},
+        capabilities(info, model.template), model.modified.isoformat(), model.system or None,
+        list(model.messages) if model.messages else None)
 
 
 def modelfile(model: Any, info: Any) -> str:

@@ -8,7 +8,7 @@ from fastapi import APIRouter, Request
 
 from localrun.errors import InvalidRequest, LocalrunError
 from localrun.native import Delta, Done, TokenLogprob, Usage
-from localrun.server import generation
+from localrun.server import generation, operations
 from localrun.server.errors import error_body
 from localrun.server.hangup import unless_hung_up
 from localrun.server.jsonbody import JSONBodyRoute
@@ -129,7 +129,9 @@ async def _chat_chunks(gen: generation.Generation, model: str, include_usage: bo
 async def completions(body: CompletionRequest, request: Request) -> Any:
     native = t.completion_request(body)
     manager = request.app.state.manager
-    echoed = await _prompt_logprobs(manager, body, native.prompt) if body.echo and body.logprobs is not None else []
+    echoed = (await operations.prompt_logprobs(manager, body.model, native.prompt, body.logprobs, body.num_ctx,
+                                               body.keep_alive)
+              if body.echo and body.logprobs is not None else [])
     if body.stream:
         gen = await generation.start(manager, native)
         include_usage = bool(body.stream_options and body.stream_options.include_usage)
@@ -151,13 +153,6 @@ async def completions(body: CompletionRequest, request: Request) -> Any:
 def _completion(body: CompletionRequest, choices: list[dict[str, Any]], usage: Usage, **extra: Any) -> dict[str, Any]:
     return {"id": t.new_id("cmpl"), "object": "text_completion", "created": t.now(), "model": body.model,
             "choices": choices, "usage": t.usage(usage), **extra}
-
-
-async def _prompt_logprobs(manager: Any, body: CompletionRequest, prompt: str) -> list[TokenLogprob]:
-    """The prompt's own tokens with their log-probabilities (echo + logprobs)."""
-    async with manager.lease(body.model, body.num_ctx, body.keep_alive) as loaded:
-        value = await loaded.runner.call("prompt_logprobs", prompt=prompt, top=body.logprobs)
-    return [TokenLogprob.from_wire(item) for item in value["tokens"]]
 
 
 async def _completion_chunks(gen: generation.Generation, body: CompletionRequest, include_usage: bool,
@@ -213,11 +208,9 @@ async def embeddings(body: EmbeddingRequest, request: Request) -> Any:
     inputs = [body.input] if isinstance(body.input, str) else body.input
     if not inputs or not all(isinstance(i, str) for i in inputs):
         raise InvalidRequest("input: send a string or a non-empty list of strings (token arrays are not supported)")
-    manager = request.app.state.manager
-    async with manager.lease(body.model) as loaded:
-        value = await loaded.runner.call("embed", inputs=inputs, truncate=body.truncate)
-    vectors = shortened(value["embeddings"], body.dimensions)
+    answer = await operations.embed(request.app.state.manager, body.model, inputs, body.truncate)
+    vectors = shortened(answer.embeddings, body.dimensions)
     encode = as_base64 if body.encoding_format == "base64" else (lambda vector: vector)
     return {"object": "list", "model": body.model,
             "data": [{"object": "embedding", "index": i, "embedding": encode(v)} for i, v in enumerate(vectors)],
-            "usage": {"prompt_tokens": value["prompt_tokens"], "total_tokens": value["prompt_tokens"]}}
+            "usage": {"prompt_tokens": answer.prompt_tokens, "total_tokens": answer.prompt_tokens}}

@@ -1,0 +1,186 @@
+"""The Ollama API's answers about models, shared by the server, which writes them, and the client,
+which reads them (as Ollama's api/types.go is shared by its server and its CLI).
+
+A leaf module of plain dataclasses (no pydantic: the CLI stays light); the store may import it too.
+`to_dict` is the JSON the server sends; `from_dict` reads it back, and reads any Ollama server's
+too: a member it lacks or sends with another type takes its empty value (None where "not told" must
+differ from "empty").
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from typing import Any
+
+
+def _str(value: Any) -> str:
+    return value if isinstance(value, str) else ""
+
+
+def _int(value: Any) -> int:
+    return value if isinstance(value, int) and not isinstance(value, bool) else 0
+
+
+def _told(value: Any) -> str | None:
+    return value if isinstance(value, str) else None
+
+
+def _object(value: Any) -> dict[str, Any]:
+    return value if isinstance(value, dict) else {}
+
+
+def _without_none(data: dict[str, Any]) -> dict[str, Any]:
+    return {key: value for key, value in data.items() if value is not None}
+
+
+def parse_time(text: str) -> datetime | None:
+    """An RFC 3339 time as Ollama writes it (nanoseconds, `Z`), readable by Python 3.10's fromisoformat."""
+    text = re.sub(r"(\.\d{6})\d+", r"\1", text.strip()).replace("Z", "+00:00")
+    try:
+        when = datetime.fromisoformat(text)
+    except ValueError:
+        return None
+    return when if when.tzinfo else when.replace(tzinfo=timezone.utc)
+
+
+@dataclass(slots=True)
+class ModelDetails:
+    """Ollama's `details` of a model: its format, family and size class, its quantization."""
+
+    parent_model: str = ""
+    format: str = ""
+    family: str = ""
+    families: list[str] | None = None
+    parameter_size: str = ""
+    quantization_level: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"parent_model": self.parent_model, "format": self.format, "family": self.family,
+                "families": self.families, "parameter_size": self.parameter_size,
+                "quantization_level": self.quantization_level}
+
+    @classmethod
+    def from_dict(cls, data: Any) -> ModelDetails:
+        data = _object(data)
+        families = data.get("families")
+        return cls(_str(data.get("parent_model")), _str(data.get("format")), _str(data.get("family")),
+                   [str(f) for f in families] if isinstance(families, list) else None,
+                   _str(data.get("parameter_size")), _str(data.get("quantization_level")))
+
+
+@dataclass(slots=True)
+class ListedModel:
+    """One model of `/api/tags` (Ollama's ListModelResponse). `digest` is hex, without "sha256:";
+    a model another server answers for has no digest and says where it lives (`remote_host`)."""
+
+    name: str
+    model: str = ""
+    modified_at: str = ""
+    size: int = 0
+    digest: str = ""
+    details: ModelDetails = field(default_factory=ModelDetails)
+    remote_model: str | None = None
+    remote_host: str | None = None
+
+    @property
+    def modified(self) -> datetime | None:
+        return parse_time(self.modified_at) if self.modified_at else None
+
+    def to_dict(self) -> dict[str, Any]:
+        return _without_none({"name": self.name, "model": self.model, "modified_at": self.modified_at,
+                              "size": self.size, "digest": self.digest, "details": self.details.to_dict(),
+                              "remote_model": self.remote_model, "remote_host": self.remote_host})
+
+    @classmethod
+    def from_dict(cls, data: Any) -> ListedModel:
+        data = _object(data)
+        name = _str(data.get("name")) or _str(data.get("model"))
+        return cls(name, _str(data.get("model")) or name, _str(data.get("modified_at")), _int(data.get("size")),
+                   _str(data.get("digest")).removeprefix("sha256:"), ModelDetails.from_dict(data.get("details")),
+                   _told(data.get("remote_model")), _told(data.get("remote_host")))
+
+
+@dataclass(slots=True)
+class ShowResponse:
+    """`/api/show`: what a model is and carries. A text member is None when the server did not tell
+    it (an Ollama model without a template or a license), "" when it told that it is empty."""
+
+    license: str | None = None
+    modelfile: str | None = None
+    parameters: str | None = None
+    template: str | None = None
+    details: ModelDetails = field(default_factory=ModelDetails)
+    model_info: dict[str, Any] | None = None  # GGUF metadata; None when not told
+    capabilities: list[str] = field(default_factory=list)
+    modified_at: str = ""
+    system: str | None = None
+    messages: list[dict[str, Any]] | None = None
+    remote_model: str | None = None
+    remote_host: str | None = None
+
+    @property
+    def architecture(self) -> str:
+        return _str((self.model_info or {}).get("general.architecture")) or self.details.family
+
+    def _info(self, key: str) -> int:
+        return _int((self.model_info or {}).get(f"{self.architecture}.{key}"))
+
+    @property
+    def context_length(self) -> int:
+        """The context the model was trained for; 0 when not told."""
+        return self._info("context_length")
+
+    @property
+    def embedding_length(self) -> int:
+        return self._info("embedding_length")
+
+    @property
+    def parameter_count(self) -> int:
+        return _int((self.model_info or {}).get("general.parameter_count"))
+
+    def to_dict(self) -> dict[str, Any]:
+        return _without_none({
+            "license": self.license, "modelfile": self.modelfile, "parameters": self.parameters,
+            "template": self.template, "details": self.details.to_dict(), "model_info": self.model_info,
+            "capabilities": self.capabilities, "modified_at": self.modified_at, "system": self.system,
+            "messages": self.messages, "remote_model": self.remote_model, "remote_host": self.remote_host,
+        })
+
+    @classmethod
+    def from_dict(cls, data: Any) -> ShowResponse:
+        data = _object(data)
+        info, capabilities, messages = data.get("model_info"), data.get("capabilities"), data.get("messages")
+        return cls(_told(data.get("license")), _told(data.get("modelfile")), _told(data.get("parameters")),
+                   _told(data.get("template")), ModelDetails.from_dict(data.get("details")),
+                   info if isinstance(info, dict) else None,
+                   [str(c) for c in capabilities] if isinstance(capabilities, list) else [],
+                   _str(data.get("modified_at")), _told(data.get("system")),
+                   messages if isinstance(messages, list) else None,
+                   _told(data.get("remote_model")), _told(data.get("remote_host")))
+
+
+@dataclass(frozen=True, slots=True)
+class PullProgress:
+    """One line of a pull's progress (Ollama's ProgressResponse), in Ollama's words: pulling manifest,
+    pulling <digest>, verifying sha256 digest, writing manifest, success. `total`/`completed` are bytes
+    while pulling, else 0. The store reports its pulls in it; /api/pull streams it; the client reads it."""
+
+    status: str
+    digest: str = ""
+    total: int = 0
+    completed: int = 0
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"status": self.status, **{k: v for k, v in (("digest", self.digest), ("total", self.total),
+                                                              ("completed", self.completed)) if v}}
+
+    @classmethod
+    def from_dict(cls, data: Any) -> PullProgress:
+        data = _object(data)
+        return cls(_str(data.get("status")), _str(data.get("digest")), _int(data.get("total")),
+                   _int(data.get("completed")))
+
+
+__all__ = ["ListedModel", "ModelDetails", "PullProgress", "ShowResponse", "parse_time"]
