@@ -7,15 +7,57 @@ module: the daemon decides from it, and `localrun show` says from it which conte
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass
 from typing import Any
 
 _KV_BYTES = {"f32": 4.0, "f16": 2.0, "bf16": 2.0, "q8_0": 34 / 32, "q5_1": 24 / 32, "q5_0": 22 / 32,
              "q4_1": 20 / 32, "q4_0": 18 / 32}
+SWA_PAD = 256  # llama.cpp pads its sliding-window cache to this many cells
 
 
-def estimate_bytes(file_size: int, kv_f16_bytes_per_token: int, options: Any) -> int:
-    """Weights (the file size) plus the KV cache of every slot; compute buffers are left out."""
-    return file_size + kv_bytes(kv_f16_bytes_per_token, options.kv_cache_type, options.ctx_size * options.parallel)
+@dataclass(frozen=True, slots=True)
+class KvShape:
+    """What sizes a model's KV cache, read from its GGUF (store.ggufinfo) and kept in its facts."""
+
+    bytes_per_token: int  # f16 K and V of one token, all layers
+    swa_bytes_per_token: int = 0  # the part of it in sliding-window layers (Gemma 2/3, gpt-oss, Cohere 2)
+    window: int = 0  # their window in tokens (llama.cpp's n_swa)
+
+    @classmethod
+    def of(cls, facts: Any) -> KvShape:
+        return cls(facts.kv_bytes_per_token, getattr(facts, "kv_swa_bytes_per_token", 0),
+                   getattr(facts, "sliding_window", 0))
+
+
+def estimate_bytes(file_size: int, shape: KvShape, options: Any) -> int:
+    """Weights (the file size) plus the KV caches of a load; compute buffers are left out."""
+    return file_size + load_cache_bytes(shape, options, options.ctx_size)
+
+
+def load_cache_bytes(shape: KvShape, options: Any, ctx: int) -> int:
+    """The KV caches a load of `ctx` tokens per slot holds: the slots' own, of the configured type, whose
+    sliding-window layers keep only their window (engine.py), and the scoring side context's
+    (engine/scoring.py: one sequence of `ctx` tokens, f16, every cell kept, as it cuts back to the
+    prompt after each option), which a load makes as soon as anything is scored or a prompt's
+    logprobs are asked for."""
+    slots = cache_bytes(shape, options.kv_cache_type, ctx, options.parallel, options.batch_size, options.kv_unified)
+    return slots + cache_bytes(shape, "f16", ctx, 1, options.batch_size, swa_full=True)
+
+
+def cache_bytes(shape: KvShape, kv_cache_type: str, ctx: int, sequences: int, ubatch: int,
+                unified: bool = False, swa_full: bool = False) -> int:
+    """One llama context's KV cache for `sequences` of `ctx` tokens, as llama.cpp sizes it: full layers
+    hold every cell; sliding-window layers, unless `swa_full`, only llama.cpp's SWA cache
+    (llama_kv_cache_iswa): per stream min(cells, window x the stream's sequences + n_ubatch), padded
+    to 256."""
+    cells = ctx * sequences
+    full = kv_bytes(shape.bytes_per_token - shape.swa_bytes_per_token, kv_cache_type, cells)
+    if swa_full or not shape.swa_bytes_per_token:
+        return full + kv_bytes(shape.swa_bytes_per_token, kv_cache_type, cells)
+    streams = 1 if unified else sequences
+    per_stream = min(cells // streams, shape.window * (sequences if unified else 1) + ubatch)
+    swa_cells = streams * -(-per_stream // SWA_PAD) * SWA_PAD
+    return full + kv_bytes(shape.swa_bytes_per_token, kv_cache_type, swa_cells)
 
 
 def kv_bytes(kv_f16_bytes_per_token: int, kv_cache_type: str, cells: int) -> int:
@@ -47,38 +89,50 @@ def context_for(model: Any, num_ctx: int | None, settings: Any) -> tuple[int, st
     if settings.ctx_size:
         return settings.ctx_size, "LOCALRUN_CTX_SIZE"
     facts = model.facts
-    return default_context(facts.context_length, facts.kv_bytes_per_token, model.size, settings.engine,
+    return default_context(facts.context_length, KvShape.of(facts), model.size, settings.engine,
                            memory_budget(settings.memory_budget), settings.max_ctx)
 
 
-def default_context(trained: int, kv_f16_bytes_per_token: int, file_size: int, options: Any, budget: int,
+def default_context(trained: int, shape: KvShape, file_size: int, options: Any, budget: int,
                     ceiling: int = 0) -> tuple[int, str]:
     """The context per slot a model loads with when neither the request, its Modelfile nor
     LOCALRUN_CTX_SIZE chose one, and why: its trained length, cut to what the memory budget holds
-    beside its weights (the KV cache of every slot, of the configured type), and to `ceiling`
-    (LOCALRUN_MAX_CTX; 0 = none). A model too big for the budget even without a cache gets the
-    smallest step; its load then fails saying why (see `fits`)."""
+    beside its weights (the KV caches of `load_cache_bytes`), and to `ceiling` (LOCALRUN_MAX_CTX;
+    0 = none). A model too big for the budget even without a cache gets the smallest step; its load
+    then fails saying why (see `fits`)."""
     ctx, why = (trained, "its trained length") if trained > 0 else (FALLBACK_CTX, "its trained length is unknown")
     if ceiling and ceiling < ctx:
         ctx, why = ceiling, "LOCALRUN_MAX_CTX"
-    per_token = kv_bytes(kv_f16_bytes_per_token, options.kv_cache_type, options.parallel)
-    if budget and per_token:
-        room = (budget - file_size) // per_token // CTX_STEP * CTX_STEP
-        if room < ctx:
-            ctx, why = max(CTX_STEP, room), "the memory budget (LOCALRUN_MEMORY_BUDGET)"
+    if budget and shape.bytes_per_token and file_size + load_cache_bytes(shape, options, ctx) > budget:
+        ctx = _largest_fitting(shape, options, budget - file_size, ctx)
+        why = "the memory budget (LOCALRUN_MEMORY_BUDGET)"
     return ctx, why
 
 
-def fits(file_size: int, kv_f16_bytes_per_token: int, options: Any, budget: int) -> str | None:
+def _largest_fitting(shape: KvShape, options: Any, room: int, below: int) -> int:
+    """The longest context, in CTX_STEPs under `below`, whose caches fit in `room` bytes (at least one
+    step). The cost grows with the context, but not in proportion (sliding-window layers stop at
+    their window), so it is searched rather than divided."""
+    low, high = 1, max(1, (below - 1) // CTX_STEP)  # low fits (or is the floor), high + 1 does not
+    while low < high:
+        mid = (low + high + 1) // 2
+        if load_cache_bytes(shape, options, mid * CTX_STEP) <= room:
+            low = mid
+        else:
+            high = mid - 1
+    return low * CTX_STEP
+
+
+def fits(file_size: int, shape: KvShape, options: Any, budget: int) -> str | None:
     """None when a load fits the budget on its own, else why not (a sentence for the error)."""
     if not budget:
         return None
-    cache = kv_bytes(kv_f16_bytes_per_token, options.kv_cache_type, options.ctx_size * options.parallel)
+    cache = load_cache_bytes(shape, options, options.ctx_size)
     if file_size + cache <= budget:
         return None
     return (f"{_gib(file_size)} of weights and {_gib(cache)} of KV cache ({options.ctx_size} tokens x "
-            f"{options.parallel} slots, {options.kv_cache_type}) do not fit the memory budget of {_gib(budget)} "
-            f"(LOCALRUN_MEMORY_BUDGET)")
+            f"{options.parallel} slots, {options.kv_cache_type}, and the scoring context's) do not fit the "
+            f"memory budget of {_gib(budget)} (LOCALRUN_MEMORY_BUDGET)")
 
 
 def _gib(n: int) -> str:

@@ -9,9 +9,9 @@ import pytest
 
 from tests.daemon import start_daemon
 
-# SmolLM2 135M: 98 MB of weights, 23040 bytes of f16 KV cache per token. 150 MB leaves room for 2241
-# tokens of one slot, so the policy picks 2048 of its trained 8192.
-BUDGET = {"LOCALRUN_MEMORY_BUDGET": "150MB", "LOCALRUN_PARALLEL": "1"}
+# SmolLM2 135M: 98 MB of weights, 23040 bytes of f16 KV cache per token, for the one slot and again for
+# the scoring context. 200 MB leaves room for 2205 tokens, so the policy picks 2048 of its trained 8192.
+BUDGET = {"LOCALRUN_MEMORY_BUDGET": "200MB", "LOCALRUN_PARALLEL": "1"}
 
 
 @pytest.fixture(scope="module")

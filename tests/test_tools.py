@@ -15,7 +15,6 @@ from hypothesis import strategies as st
 from localrun.errors import InvalidRequest
 from localrun.families import CallHoldback, parse_tool_calls
 from localrun.tools import prepare_messages, tool_call_grammar
-from localrun.tools.grammar import call_schema
 from localrun.tools.prompt import format_call
 from tests.tool_fixtures import ADD, BOOK, CITY_WEATHER, WEATHER, as_ollama, openai_tool, two_shot
 
@@ -134,19 +133,16 @@ def test_grammar_only_for_required_and_named_choices():
     assert tool_call_grammar([ADD], "auto") is None
     assert tool_call_grammar([ADD], None) is None
     assert tool_call_grammar(None, "required") is None
-    assert tool_call_grammar([ADD, WEATHER], {"name": "add"}).startswith('root ::= "<tool_call>\\n"')
+    assert tool_call_grammar([ADD, WEATHER], {"name": "add"}).startswith('root ::= "<tool_call>\\n{\\"name\\": \\"" (call0)')
     with pytest.raises(InvalidRequest, match="not among the tools"):
         tool_call_grammar([ADD], {"name": "nope"})
 
 
-def test_call_schema_hoists_each_tools_definitions():
-    schema = call_schema([BOOK, ADD])
-    call = {"name": "book_trip", "arguments": {"destination": "Rome", "travellers": [{"name": "Ann", "age": 30}]}}
-    jsonschema.validate(call, schema)
-    with pytest.raises(jsonschema.ValidationError):
-        jsonschema.validate({"name": "book_trip", "arguments": {"destination": "Rome", "travellers": [{}]}}, schema)
-    with pytest.raises(jsonschema.ValidationError):
-        jsonschema.validate({"name": "add", "arguments": {"a": 1}}, schema)
+def test_each_tools_definitions_stay_its_own_in_the_grammar():
+    other = {**BOOK, "name": "other", "parameters": {**BOOK["parameters"], "$defs": {"Person": {"type": "string"}}}}
+    grammar = tool_call_grammar([BOOK, other], "required")
+    assert 'call0 ::= "book_trip\\", \\"arguments\\": " tool0-args' in grammar
+    assert "tool0-travellers-item ::= tool0-Person" in grammar and "tool1-travellers-item ::= tool1-string" in grammar
 
 
 # --- the real model through the official clients ---------------------------------------------------------

@@ -10,6 +10,7 @@ line; Ctrl-D or /bye leaves. A slash command that fails says why in one line and
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import shutil
 import signal
 import sys
@@ -22,6 +23,7 @@ from typing import Any
 
 from localrun.api_types import ShowResponse
 from localrun.cli.format import WordWrap
+from localrun.cli.thinking import ThinkingView, shows_thinking
 from localrun.cli.generation import (cut_json, ensure_model, ensure_on_server, print_stats, print_stream,
                                      until_first_text)
 from localrun.client import Client, GenerateOptions
@@ -36,6 +38,8 @@ HELP = """Available commands:
   /set system TEXT           Set the system message
   /set format json           Answer in JSON (/set noformat to undo)
   /set verbose | quiet       Show or hide timing stats after each answer
+  /set think | nothink       Thinking models: think or not
+  /set hidethinking | showthinking  Hide or show the thinking
   /show info | template | system | parameters
   /clear                     Forget the conversation so far
   /load MODEL                Switch to another model (starts a new conversation)
@@ -55,6 +59,7 @@ class ChatSession:
     markdown: bool = True
     verbose: bool = False
     manage_models: bool = True  # /load pulls into this home's store (false: the server pulls, see targets.py)
+    hide_thinking: bool = False
     messages: list[dict[str, str]] = field(default_factory=list)
 
     # -- one turn -------------------------------------------------------------------------------
@@ -66,13 +71,16 @@ class ChatSession:
         system = [{"role": "system", "content": self.system}] if self.system else []
         started = time.monotonic()
         stream = self.client.chat(self.model, system + self.messages + [turn], self.options, stream=True)
+        terminal = sys.stdout.isatty()
+        view = ThinkingView(shows_thinking(self.options.think, self.hide_thinking, terminal), dim=terminal)
+        deltas = view.answer(until_first_text(stream.pieces()))
         parts: list[str] = []
         try:
             with _no_echo():
                 if self.markdown:
-                    _render_markdown(stream, parts)
+                    _render_markdown(deltas, parts)
                 else:
-                    _render_plain(stream, parts)
+                    _render_plain(deltas, parts)
         except KeyboardInterrupt:
             stream.close()  # drops the connection: the daemon cancels the generation
             partial = "".join(parts)
@@ -123,8 +131,15 @@ class ChatSession:
         elif what in ("verbose", "quiet"):
             self.verbose = what == "verbose"
             say(f"Set '{what}' mode.")
+        elif what in ("think", "nothink"):
+            self.options = dataclasses.replace(self.options, think=what == "think")
+            say(f"Set '{what}' mode.")
+        elif what in ("hidethinking", "showthinking"):
+            self.hide_thinking = what == "hidethinking"
+            say(f"Set '{what}' mode.")
         else:
-            say("Usage: /set parameter NAME VALUE | /set system TEXT | /set format json | /set verbose")
+            say("Usage: /set parameter NAME VALUE | /set system TEXT | /set format json | /set verbose | "
+                "/set think")
 
     def _check_context(self, num_ctx: int) -> None:
         """Refuse a context longer than the model was trained for now, not on every message after it.
@@ -203,12 +218,12 @@ def say(text: str) -> None:
     sys.stdout.flush()
 
 
-def _render_plain(stream, parts: list[str]) -> None:
+def _render_plain(deltas: Iterator[str], parts: list[str]) -> None:
     """The answer as it streams into `parts`; on a terminal, lines break at word boundaries."""
     wrap = WordWrap(shutil.get_terminal_size().columns) if sys.stdout.isatty() else None
 
     def shown() -> Iterator[str]:
-        for delta in until_first_text(stream):
+        for delta in deltas:
             parts.append(delta)
             yield wrap.feed(delta) if wrap else delta
         if wrap:
@@ -219,7 +234,7 @@ def _render_plain(stream, parts: list[str]) -> None:
     sys.stdout.flush()
 
 
-def _render_markdown(stream, parts: list[str]) -> None:
+def _render_markdown(deltas: Iterator[str], parts: list[str]) -> None:
     """Re-render the answer so far as Markdown while it streams into `parts` (rich Live, a few frames a
     second). Frames are drawn here, not by Live's refresh thread, and a Ctrl-C waits for the frame being
     drawn: a frame cut in half was drawn again below itself."""
@@ -227,7 +242,6 @@ def _render_markdown(stream, parts: list[str]) -> None:
     from rich.live import Live
     from rich.markdown import Markdown
 
-    deltas = until_first_text(stream)
     parts.append(next(deltas, ""))  # the spinner and the live answer must not share the screen
     live = Live(Markdown("".join(parts)), console=Console(), auto_refresh=False, vertical_overflow="visible")
     with _whole_frames() as frame:

@@ -21,10 +21,13 @@ def run(
     seed: Optional[int] = g.SEED, max_tokens: Optional[int] = g.MAX_TOKENS, ctx_size: Optional[int] = g.CTX_SIZE,
     format: Optional[str] = g.FORMAT, keep_alive: Optional[str] = g.KEEP_ALIVE,
     speculative: Optional[int] = g.SPECULATIVE, verbose: bool = g.VERBOSE,
+    think: Optional[bool] = g.THINK, hide_thinking: bool = g.HIDE_THINKING,
+    think_budget: Optional[int] = g.THINK_BUDGET,
     host: Optional[str] = g.HOST,
 ) -> None:
     """Answer a prompt and exit, or chat when run on a terminal with no prompt (as `ollama run`)."""
-    options = g.options_from_flags(temperature, top_p, seed, max_tokens, ctx_size, format, keep_alive, speculative)
+    options = g.options_from_flags(temperature, top_p, seed, max_tokens, ctx_size, format, keep_alive, speculative,
+                                   think, think_budget)
     text = " ".join(prompt or [])
     interactive = not text and sys.stdin.isatty() and sys.stdout.isatty()
     if not sys.stdin.isatty():
@@ -37,15 +40,19 @@ def run(
     client, model = g.connect(model, host)
     with client:
         if interactive:
-            _chat(client, model, options, system, markdown=True, verbose=verbose, host=host)
+            _chat(client, model, options, system, markdown=True, verbose=verbose, host=host,
+                  hide_thinking=hide_thinking)
             return
         with g.reader_may_leave():
-            _answer_once(client, model, g.messages_for(text, system), options, json_out, verbose)
+            _answer_once(client, model, g.messages_for(text, system), options, json_out, verbose, hide_thinking)
 
 
-def _answer_once(client, model: str, messages: list, options, json_out: bool, verbose: bool) -> None:
+def _answer_once(client, model: str, messages: list, options, json_out: bool, verbose: bool,
+                 hide_thinking: bool) -> None:
     import json
     import time
+
+    from localrun.cli.thinking import ThinkingView, shows_thinking
 
     started = time.monotonic()
     if json_out:
@@ -53,7 +60,9 @@ def _answer_once(client, model: str, messages: list, options, json_out: bool, ve
         sys.stdout.write(json.dumps(completion.raw, indent=2, ensure_ascii=False) + "\n")
     else:
         stream = client.chat(model, messages, options, stream=True)
-        g.print_stream(g.until_first_text(stream))
+        terminal = sys.stdout.isatty()
+        view = ThinkingView(shows_thinking(options.think, hide_thinking, terminal), dim=terminal)
+        g.print_stream(view.answer(g.until_first_text(stream.pieces())))
         completion = stream.completion
         sys.stdout.write("" if completion.text.endswith("\n") else "\n")
     sys.stdout.flush()
@@ -73,23 +82,27 @@ def chat(
     seed: Optional[int] = g.SEED, max_tokens: Optional[int] = g.MAX_TOKENS, ctx_size: Optional[int] = g.CTX_SIZE,
     format: Optional[str] = g.FORMAT, keep_alive: Optional[str] = g.KEEP_ALIVE,
     speculative: Optional[int] = g.SPECULATIVE, verbose: bool = g.VERBOSE,
+    think: Optional[bool] = g.THINK, hide_thinking: bool = g.HIDE_THINKING,
+    think_budget: Optional[int] = g.THINK_BUDGET,
     host: Optional[str] = g.HOST,
 ) -> None:
     """Chat interactively: streamed answers, slash commands (/? for help), history across sessions."""
-    options = g.options_from_flags(temperature, top_p, seed, max_tokens, ctx_size, format, keep_alive, speculative)
+    options = g.options_from_flags(temperature, top_p, seed, max_tokens, ctx_size, format, keep_alive, speculative,
+                                   think, think_budget)
     client, model = g.connect(model, host)
     with client:
         markdown = not no_markdown and sys.stdout.isatty()
-        _chat(client, model, options, system, markdown=markdown, verbose=verbose, host=host)
+        _chat(client, model, options, system, markdown=markdown, verbose=verbose, host=host,
+              hide_thinking=hide_thinking)
 
 
 def _chat(client, model: str, options, system: Optional[str], markdown: bool, verbose: bool,
-          host: Optional[str]) -> None:
+          host: Optional[str], hide_thinking: bool) -> None:
     from localrun.cli import targets
     from localrun.cli.chat import ChatSession, repl
 
     repl(ChatSession(client, model, options, system, markdown=markdown, verbose=verbose,
-                     manage_models=targets.resolve(host).local))
+                     manage_models=targets.resolve(host).local, hide_thinking=hide_thinking))
 
 
 @app.command()

@@ -12,12 +12,14 @@ import os
 import sys
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
-from typing import TYPE_CHECKING, Optional
+from typing import TYPE_CHECKING, Optional, TypeVar
 
 import typer
 
 if TYPE_CHECKING:
     from localrun.client import Client, Completion, GenerateOptions
+
+T = TypeVar("T")
 
 # Options shared by run and chat (Typer reads the metadata; one declaration serves both).
 SYSTEM = typer.Option(None, "--system", help="System message.")
@@ -31,12 +33,18 @@ KEEP_ALIVE = typer.Option(None, "--keep-alive", help="How long the model stays l
 SPECULATIVE = typer.Option(None, "--speculative",
                            help="Speculative decoding: most tokens drafted per step (0 = off; default: the server's).")
 VERBOSE = typer.Option(False, "--verbose", help="Print timing stats on stderr after each answer.")
+THINK = typer.Option(None, "--think/--no-think",
+                     help="Thinking models: think or not (default: the model's way); --think also shows the "
+                          "thinking when the output is piped.")
+HIDE_THINKING = typer.Option(False, "--hidethinking", help="Thinking models: do not show the thinking.")
+THINK_BUDGET = typer.Option(None, "--think-budget", help="Thinking models: most thinking tokens, then the answer.")
 HOST = typer.Option(None, "--host", help="Daemon or any OpenAI-compatible server (URL); default LOCALRUN_HOST.")
 
 
 def options_from_flags(temperature: Optional[float], top_p: Optional[float], seed: Optional[int],
                        max_tokens: Optional[int], ctx_size: Optional[int], format: Optional[str],
-                       keep_alive: Optional[str], speculative: Optional[int]) -> GenerateOptions:
+                       keep_alive: Optional[str], speculative: Optional[int], think: Optional[bool] = None,
+                       think_budget: Optional[int] = None) -> GenerateOptions:
     """The options the flags give, each checked here: a bad value is a usage error (exit 2) naming its flag,
     not the server's validation text. `--max-tokens -1` means no limit, as Ollama's num_predict -1."""
     from localrun.client import GenerateOptions
@@ -53,9 +61,9 @@ def options_from_flags(temperature: Optional[float], top_p: Optional[float], see
             raise UsageError(f"--keep-alive: {e.message}") from None
     flags = {"--temperature": ("temperature", temperature), "--top-p": ("top_p", top_p), "--seed": ("seed", seed),
              "--max-tokens": ("max_tokens", max_tokens), "--ctx-size": ("num_ctx", ctx_size),
-             "--speculative": ("speculative", speculative)}
+             "--speculative": ("speculative", speculative), "--think-budget": ("reasoning_budget", think_budget)}
     values = {name: coerce_option(name, value, flag) for flag, (name, value) in flags.items()}
-    return GenerateOptions(**values, format=format, keep_alive=keep_alive)
+    return GenerateOptions(**values, format=format, keep_alive=keep_alive, think=think)
 
 
 def connect(model: str, host: Optional[str]) -> tuple[Client, str]:
@@ -138,8 +146,9 @@ def reader_may_leave() -> Iterator[None]:
         raise typer.Exit(141) from None
 
 
-def until_first_text(deltas: Iterable[str]) -> Iterator[str]:
-    """`deltas`, with a spinner on a terminal's stderr while the model loads and reads the prompt."""
+def until_first_text(deltas: Iterable[T]) -> Iterator[T]:
+    """`deltas` (text, or a stream's pieces), with a spinner on a terminal's stderr while the model
+    loads and reads the prompt."""
     if not sys.stderr.isatty():
         yield from deltas
         return

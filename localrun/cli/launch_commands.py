@@ -140,13 +140,13 @@ def _most_context(client, model: str, local: bool) -> tuple[int, str]:
     if not local:
         return client.trained_context(model) or 0, "its trained length"
     from localrun.config import Settings
-    from localrun.memory import default_context, memory_budget
+    from localrun.memory import KvShape, default_context, memory_budget
     from localrun.store import Store
 
     found, settings = Store().resolve(model), Settings.from_env()
     if found.defaults.get("num_ctx"):
         return int(found.defaults["num_ctx"]), "its Modelfile's num_ctx"
-    return default_context(found.facts.context_length, found.facts.kv_bytes_per_token, found.size, settings.engine,
+    return default_context(found.facts.context_length, KvShape.of(found.facts), found.size, settings.engine,
                            memory_budget(settings.memory_budget))
 
 

@@ -22,6 +22,7 @@ from localrun.errors import (AuthError, DaemonUnavailable, InvalidRequest, Local
                              Overloaded)
 
 Messages = list[dict[str, Any]]
+THINKING, ANSWER = "thinking", "answer"  # what a streamed piece is (TextStream.pieces)
 REQUEST_ID = "x-request-id"  # the daemon's id of a request, as its access log names it
 _QUICK = httpx.Timeout(10.0, connect=5.0)
 _GENERATE = httpx.Timeout(None, connect=5.0)
@@ -218,9 +219,11 @@ def _body(model: str, options: GenerateOptions | None, stream: bool, **fields: A
 
 def _completion(data: dict[str, Any], chat: bool) -> Completion:
     choice = (data.get("choices") or [{}])[0]
-    text = (choice.get("message") or {}).get("content") if chat else choice.get("text")
+    message = choice.get("message") or {}
+    text = message.get("content") if chat else choice.get("text")
     return Completion(text or "", data.get("model", ""), choice.get("finish_reason"),
-                      Usage.from_json(data.get("usage")), Timings.from_json(data.get("timings")), data)
+                      Usage.from_json(data.get("usage")), Timings.from_json(data.get("timings")), data,
+                      thinking=_reasoning(message) if chat else "")
 
 
 def error_from_response(response: httpx.Response) -> LocalrunError:
@@ -254,8 +257,15 @@ def _error_message(response: httpx.Response) -> str:
     return str(error).strip()
 
 
+def _reasoning(message: dict[str, Any]) -> str:
+    """A message's or delta's thinking: `reasoning_content` (localrun, llama-server, DeepSeek) or
+    `reasoning` (vLLM, OpenRouter)."""
+    return message.get("reasoning_content") or message.get("reasoning") or ""
+
+
 class TextStream:
-    """An SSE answer: iterate for text deltas; afterwards `completion` has the text, usage and timings.
+    """An SSE answer: iterate for text deltas, or `pieces()` for the thinking too; afterwards
+    `completion` has the text, the thinking, usage and timings.
 
     Closing it early (or leaving a `with` block) drops the connection, which cancels the generation
     on the daemon: that is how Ctrl-C stops an answer.
@@ -265,6 +275,7 @@ class TextStream:
         self._response = response
         self._chat = chat
         self._parts: list[str] = []
+        self._thought: list[str] = []
         self.completion = Completion("", request_id=response.headers.get(REQUEST_ID, ""))
 
     def __enter__(self) -> TextStream:
@@ -277,18 +288,25 @@ class TextStream:
         self._response.close()
 
     def __iter__(self) -> Iterator[str]:
+        return (text for kind, text in self.pieces() if kind == ANSWER)
+
+    def pieces(self) -> Iterator[tuple[str, str]]:
+        """(THINKING or ANSWER, text) as they stream, thinking first as models write it."""
         try:
             for chunk in _events(self._response):
-                delta = self._absorb(chunk)
+                thought, delta = self._absorb(chunk)
+                if thought:
+                    yield THINKING, thought
                 if delta:
-                    yield delta
+                    yield ANSWER, delta
         except httpx.TransportError as e:
             raise DaemonUnavailable(f"the connection broke during the answer: {e}") from None
         finally:
             self.close()
         self.completion.text = "".join(self._parts)
+        self.completion.thinking = "".join(self._thought)
 
-    def _absorb(self, chunk: dict[str, Any]) -> str:
+    def _absorb(self, chunk: dict[str, Any]) -> tuple[str, str]:
         if "error" in chunk:
             error = chunk["error"]
             raise LocalrunError(error.get("message", str(error)) if isinstance(error, dict) else str(error))
@@ -297,12 +315,14 @@ class TextStream:
         c.raw = chunk
         c.usage = Usage.from_json(chunk.get("usage")) or c.usage
         c.timings = Timings.from_json(chunk.get("timings")) or c.timings
-        delta = ""
+        thought, delta = "", ""
         for choice in chunk.get("choices") or []:
             c.finish_reason = choice.get("finish_reason") or c.finish_reason
             delta += ((choice.get("delta") or {}).get("content") if self._chat else choice.get("text")) or ""
+            thought += _reasoning(choice.get("delta") or {}) if self._chat else ""
         self._parts.append(delta)
-        return delta
+        self._thought.append(thought)
+        return thought, delta
 
 
 def _events(response: httpx.Response) -> Iterator[dict[str, Any]]:

@@ -29,11 +29,16 @@ class GenerateOptions:
     format: str | None = None  # "json" = JSON-object output
     keep_alive: str | None = None
     speculative: int | None = None  # most tokens drafted per step; 0 = off
+    think: bool | None = None  # thinking models: on or off (None: the model's way)
+    reasoning_budget: int | None = None  # the most thinking tokens, then the answer follows
 
     def to_body(self) -> dict[str, Any]:
-        body = {k: v for k, v in asdict(self).items() if v is not None and k not in ("format", "keep_alive")}
+        body = {k: v for k, v in asdict(self).items()
+                if v is not None and k not in ("format", "keep_alive", "think")}
         if self.format == "json":
             body["response_format"] = {"type": "json_object"}
+        if self.think is not None:  # llama-server's switch, which vLLM and the localrun daemon read too
+            body["chat_template_kwargs"] = {"enable_thinking": self.think}
         if self.keep_alive is not None:
             body["keep_alive"] = _keep_alive(self.keep_alive)
         return body
@@ -56,7 +61,7 @@ _RANGES: dict[str, tuple[float, float | None, str]] = {
     "temperature": (0, 2, "from 0 to 2"), "top_p": (0, 1, "from 0 to 1"), "min_p": (0, 1, "from 0 to 1"),
     "top_k": (0, None, "0 or more"), "repeat_penalty": (0, None, "0 or more"),
     "max_tokens": (1, None, f"1 or more, or {NO_LIMIT} for no limit"), "num_ctx": (16, None, "16 or more"),
-    "speculative": (0, MAX_DRAFT, f"from 0 to {MAX_DRAFT}"),
+    "speculative": (0, MAX_DRAFT, f"from 0 to {MAX_DRAFT}"), "reasoning_budget": (0, None, "0 or more"),
 }
 
 
@@ -155,6 +160,7 @@ class Completion:
     timings: Timings | None = None
     raw: dict[str, Any] = field(default_factory=dict)
     request_id: str = ""  # the daemon's X-Request-Id: its access log line in `localrun logs`
+    thinking: str = ""  # a thinking model's reasoning, apart from the answer (`reasoning_content`)
 
 
 @dataclass(slots=True)

@@ -2,6 +2,8 @@
 
     family.py       `Family` (thinking markers and switch, call format, special-token text) and `family_for`
     parser.py       `OutputParser`: one choice's streamed text -> thinking, answer text, tool calls
+    call_format.py  how the family writes one call: what a forced tool_choice's grammar writes
+    call_ids.py     tool-call ids in the shape a template insists on (Mistral v3: 9 letters and digits)
     pieces.py       what the splitters produce
     thinking.py     thinking between markers: <think>…</think>, [THINK]…[/THINK], <|START_THINKING|>
     harmony.py      gpt-oss's channels: analysis (thinking), final (answer), to=functions.NAME (calls)

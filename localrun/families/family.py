@@ -10,7 +10,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Callable, Collection
 
-from localrun.families import json_calls, token_calls, xml_calls
+from localrun.families import call_format, json_calls, token_calls, xml_calls
+from localrun.families.call_format import CallFormat
+from localrun.families.call_ids import shaped_ids
 from localrun.families.harmony import CLOSE_THOUGHT, HarmonySplitter
 from localrun.families.pieces import CONTENT, Piece
 from localrun.families.thinking import ThinkSplitter
@@ -34,8 +36,10 @@ class Family:
     effort: bool = False  # the template takes reasoning_effort (low/medium/high)
     call_markers: tuple[str, ...] = json_calls.MARKERS  # where a tool call may start (held back while streaming)
     parse_calls: ParseCalls = field(default=_json(*json_calls.MARKERS))
+    call_format: CallFormat = call_format.HERMES  # how a forced tool_choice writes its one call
     special_text: bool = False  # its markers are control tokens: the engine must show them as text
     history: str = "reasoning_content"  # how past thinking reaches the template: a message key, or "blocks"
+    call_id_length: int = 0  # the length of letters and digits the template insists a tool-call id has (0: any)
 
     @property
     def thinks(self) -> bool:
@@ -83,6 +87,12 @@ class Family:
         return rest | {self.history: reasoning}
 
 
+    def with_call_ids(self, messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """The conversation with tool-call ids in the shape the template insists on (Mistral v3: 9 letters
+        and digits), the same for a call and its result."""
+        return shaped_ids(messages, self.call_id_length) if self.call_id_length else messages
+
+
 class Plain:
     """The splitter of a family that does not think: everything is answer."""
 
@@ -96,41 +106,53 @@ class Plain:
 
 
 GENERIC = Family("generic")
-_MISTRAL_CALLS = dict(call_markers=(json_calls.MISTRAL_OPEN,), parse_calls=_json(json_calls.MISTRAL_OPEN),
-                      special_text=True)
 _HERMES_CALLS = dict(call_markers=(json_calls.HERMES_OPEN,), parse_calls=_json(json_calls.HERMES_OPEN))
 _COMMAND_R = (json_calls.COMMAND_R_OPEN, json_calls.COMMAND_R7B_OPEN)
+
+
+def _mistral(template: str) -> dict[str, Any]:
+    """Mistral's calls; v11+ templates (Devstral, Magistral) write `[TOOL_CALLS]name[ARGS]{...}`, v3 ones
+    (Nemo) a JSON list and insist on 9-character call ids."""
+    form = call_format.MISTRAL_ARGS if json_calls.MISTRAL_ARGS in template else call_format.MISTRAL_LIST
+    return dict(call_markers=(json_calls.MISTRAL_OPEN,), parse_calls=_json(json_calls.MISTRAL_OPEN),
+                special_text=True, call_format=form, call_id_length=9 if "length != 9" in template else 0)
+
 
 # (markers the template must all mention, the family); the first match wins.
 RULES: list[tuple[tuple[str, ...], Callable[[str], Family]]] = [
     (("<|channel|>",), lambda t: Family("gpt-oss", harmony=True, effort=True, history="thinking", special_text=True,
-                                        call_markers=(), parse_calls=lambda text, names: (text, []))),
-    (("[THINK]",), lambda t: Family("magistral", think=("[THINK]", "[/THINK]"), history="blocks", **_MISTRAL_CALLS)),
-    (("[TOOL_CALLS]",), lambda t: Family("mistral", **_MISTRAL_CALLS)),
+                                        call_markers=(), parse_calls=lambda text, names: (text, []),
+                                        call_format=call_format.HARMONY)),
+    (("[THINK]",), lambda t: Family("magistral", think=("[THINK]", "[/THINK]"), history="blocks", **_mistral(t))),
+    (("[TOOL_CALLS]",), lambda t: Family("mistral", **_mistral(t))),
     (("<function=", "<parameter="), lambda t: Family(
         "qwen3-coder", call_markers=xml_calls.QWEN3_CODER_MARKERS, parse_calls=xml_calls.parse_qwen3_coder,
-        **_thinking(t))),
+        call_format=call_format.QWEN3_CODER, **_thinking(t))),
     (("<arg_key>",), lambda t: Family("glm", call_markers=xml_calls.GLM_MARKERS, parse_calls=xml_calls.parse_glm,
-                                      **_thinking(t))),
-    (("tool▁calls▁begin",), lambda t: Family("deepseek", call_markers=token_calls.DEEPSEEK_MARKERS,
-                                              parse_calls=token_calls.parse_deepseek, special_text=True,
-                                              **_thinking(t))),
+                                      call_format=call_format.GLM, **_thinking(t))),
+    (("tool▁calls▁begin",), lambda t: Family(
+        "deepseek", call_markers=token_calls.DEEPSEEK_MARKERS, parse_calls=token_calls.parse_deepseek,
+        special_text=True, call_format=call_format.DEEPSEEK_R1 if "```json" in t else call_format.DEEPSEEK_V3,
+        **_thinking(t))),
     (("tool_calls_section_begin",), lambda t: Family("kimi-k2", call_markers=token_calls.KIMI_MARKERS,
                                                       parse_calls=token_calls.parse_kimi, special_text=True,
-                                                      **_thinking(t))),
+                                                      call_format=call_format.KIMI, **_thinking(t))),
     (("<|tool_call|>",), lambda t: Family("granite", call_markers=(json_calls.GRANITE_OPEN,),
                                           parse_calls=_json(json_calls.GRANITE_OPEN), special_text=True,
-                                          thinks_by_default=False, **_thinking(t, switch="thinking"))),
+                                          call_format=call_format.GRANITE, thinks_by_default=False,
+                                          **_thinking(t, switch="thinking"))),
     (("<|START_THINKING|>",), lambda t: Family(
         "command-r", think=("<|START_THINKING|>", "<|END_THINKING|>"), think_switch="enable_thinking",
-        call_markers=_COMMAND_R, parse_calls=_json(*_COMMAND_R), special_text=True)),
-    (("Action:",), lambda t: Family("command-r", call_markers=_COMMAND_R, parse_calls=_json(*_COMMAND_R))),
+        call_markers=_COMMAND_R, parse_calls=_json(*_COMMAND_R), special_text=True,
+        call_format=call_format.COMMAND_R7B)),
+    (("Action:",), lambda t: Family("command-r", call_markers=_COMMAND_R, parse_calls=_json(*_COMMAND_R),
+                                    call_format=call_format.COMMAND_R)),
     (("<|python_tag|>",), lambda t: Family("llama3", call_markers=(json_calls.PYTHON_TAG,),
-                                           parse_calls=_json(json_calls.PYTHON_TAG), special_text=True)),
+                                           parse_calls=_json(json_calls.PYTHON_TAG), special_text=True,
+                                           call_format=call_format.LLAMA3)),
     (("<think>",), lambda t: Family("think", **_HERMES_CALLS, **_thinking(t))),
     (("<tool_call>",), lambda t: Family("hermes", **_HERMES_CALLS)),
 ]
-
 
 def _thinking(template: str, switch: str = "enable_thinking") -> dict[str, Any]:
     """`<think>` markers when the template writes them, and its switch when it reads one."""

@@ -2,8 +2,9 @@
 
 The family's splitter separates thinking from the answer; the answer goes through the call holdback
 (when tools are offered) so that a call's raw text never streams as content; at the end the held text
-is parsed with the family's call format, or else the generic `<tool_call>` format, which is what the
-grammar of a forced tool_choice writes for every family. A call that does not parse is given back as
+is parsed with the family's call format (which is also what the grammar of a forced tool_choice
+writes, `call_format.py`), or else the generic `<tool_call>` format of localrun's generic tool prompt,
+which small models imitate whatever their template. A call that does not parse is given back as
 text: a malformed call never fails the request.
 """
 
@@ -44,7 +45,7 @@ class OutputParser:
         reasoning, content = self._route(self._splitter.finish())
         held = self._holdback.finish() if self._holdback else ""
         rest, calls = self.family.parse_calls(held, self.names) if held else ("", [])
-        if held and not calls:  # a call forced by tool_choice is written in the generic format
+        if held and not calls:  # the generic format, as the generic tool prompt asks
             rest, calls = parse_tool_calls(held, self.names, (HERMES_OPEN,))
         if cut_off and self._holdback:
             rest = unfinished_call_cut(rest, self._holdback.markers)

@@ -124,10 +124,10 @@ class RunnerHost:
 
     def _op_generate(self, rid: str, message: dict[str, Any]) -> None:
         request = GenerateRequest.from_dict(message["request"])
-        family = self.family if request.messages is not None else GENERIC  # a raw prompt has no template
+        family = self._family(request)
         text, prompt = build_chat(self.engine, request, family)
         sampling = request.sampling
-        sampling.grammar = build_grammar(request) or sampling.grammar
+        sampling.grammar = build_grammar(request, family) or sampling.grammar
         tools = active_tools(request.tools, request.tool_choice)
         names = {tool["name"] for tool in tools} if tools else None
         keys = [f"{rid}#{index}" for index in range(max(1, request.n))]
@@ -142,6 +142,13 @@ class RunnerHost:
             self._drop(keys)  # the choices already queued go too: the request failed as a whole
             raise
         self.channel.send({"type": "accepted", "id": rid, "prompt_tokens": len(prompt)})
+
+    def _family(self, request: GenerateRequest) -> Family:
+        """The family of the template the request is rendered with: a Modelfile's TEMPLATE makes its
+        own family; a raw prompt has no template."""
+        if request.messages is None:
+            return GENERIC
+        return family_for(request.template) if request.template else self.family
 
     def _op_cancel(self, rid: str, message: dict[str, Any]) -> None:
         for key, choice in list(self.choices.items()):
@@ -162,7 +169,7 @@ class RunnerHost:
     def _op_render(self, rid: str, op: Render) -> Tokens:
         request = GenerateRequest(model="", messages=op.messages, tools=op.tools, tool_choice=op.tool_choice,
                                   template=op.template)
-        return Tokens(build_prompt(self.engine, request, self.family))
+        return Tokens(build_prompt(self.engine, request, self._family(request)))
 
     def _op_embed(self, rid: str, op: Embed) -> Embeddings:
         texts: list[str] = op.inputs

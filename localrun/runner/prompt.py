@@ -3,7 +3,8 @@
 Chat requests go through the model's chat template; completion prompts are used as written.
 Templates usually write the BOS token themselves, so it is only added when the text lacks it.
 Tools reach the template when it knows them, else as localrun's generic tool prompt (see
-localrun.tools.prompt); a required or named tool_choice becomes a grammar that forces one call.
+localrun.tools.prompt); a required or named tool_choice becomes a grammar that forces one call, written in the
+family's own format.
 A conversation that ends with an assistant message is a prefill: the model continues that message
 (Anthropic's prefill, Ollama's and llama-server's continuation) instead of starting a new turn.
 The model's family (localrun.families) steers thinking through the template's own variables and puts
@@ -31,7 +32,8 @@ def build_chat(engine: Engine, request: GenerateRequest, family: Family) -> tupl
         text = request.prompt or ""
         return text, engine.tokenize(text, add_special=True, parse_special=True)
     tools = active_tools(request.tools, request.tool_choice)
-    history = [family.with_history(m) if m.get("role") == "assistant" else m for m in request.messages]
+    history = family.with_call_ids([family.with_history(m) if m.get("role") == "assistant" else m
+                                    for m in request.messages])
     template = request.template or engine.model.chat_template()
     messages, template_tools = prepare_messages(history, tools, template)
     prefill = _prefill(messages)
@@ -73,18 +75,20 @@ def _continuing(rendered: str, prefill: str) -> str:
     raise InvalidRequest("the chat template does not write the final assistant message, so it cannot be continued")
 
 
-def build_grammar(request: GenerateRequest) -> str | None:
-    """A GBNF grammar that forces the requested output shape, or None for free text; one larger than
-    MAX_GRAMMAR_CHARS is refused before llama.cpp parses it (tools/bounds.py says why)."""
-    grammar = _grammar(request)
+def build_grammar(request: GenerateRequest, family: Family = GENERIC) -> str | None:
+    """A GBNF grammar that forces the requested output shape (a forced call in the family's own
+    format), or None for free text; one larger than MAX_GRAMMAR_CHARS is refused before llama.cpp
+    parses it (tools/bounds.py says why)."""
+    grammar = _grammar(request, family)
     if grammar is not None and len(grammar) > MAX_GRAMMAR_CHARS:
         raise InvalidRequest(f"JSON schema too costly to enforce: its grammar is {len(grammar)} characters; "
                              f"at most {MAX_GRAMMAR_CHARS} are accepted")
     return grammar
 
 
-def _grammar(request: GenerateRequest) -> str | None:
-    forced = tool_call_grammar(active_tools(request.tools, request.tool_choice), request.tool_choice)
+def _grammar(request: GenerateRequest, family: Family) -> str | None:
+    forced = tool_call_grammar(active_tools(request.tools, request.tool_choice), request.tool_choice,
+                               family.call_format)
     if forced is not None:
         return forced
     if request.json_schema is not None:

@@ -29,7 +29,7 @@ from localrun.durations import parse_duration
 from localrun.errors import DaemonUnavailable, InvalidRequest, LoadCrashed, LocalrunError, Overloaded
 from localrun.safe_mode import SafeModeMemory
 from localrun.server import access_log
-from localrun.memory import context_for, estimate_bytes, fits, memory_budget
+from localrun.memory import KvShape, context_for, estimate_bytes, fits, memory_budget
 from localrun.server.defaults import context_size
 from localrun.server.runner_process import RunnerProcess
 from localrun.upstream.pool import Route, UpstreamLease, Upstreams
@@ -205,12 +205,12 @@ class ModelManager:
     def _start_load(self, model: Any, options: EngineSettings, stale: Loaded | None) -> _Loading:
         """Decide now (room, victims) and start the load as a task of its own; the stale runner of this
         model, if any, and the evicted ones are closed by that task before the new runner starts."""
-        too_big = fits(model.size, model.facts.kv_bytes_per_token, options, self.budget)
+        too_big = fits(model.size, KvShape.of(model.facts), options, self.budget)
         if too_big is not None:
             raise InvalidRequest(f"{model.name} cannot be loaded: {too_big}; ask for a smaller num_ctx, or use "
                                  f"a quantized KV cache (LOCALRUN_KV_CACHE_TYPE) or fewer slots (LOCALRUN_PARALLEL)")
         retired = [stale] if stale is not None and self._detach(stale) else []
-        size = estimate_bytes(model.size, model.facts.kv_bytes_per_token, options)
+        size = estimate_bytes(model.size, KvShape.of(model.facts), options)
         try:
             self._make_room(size)
         except Overloaded:

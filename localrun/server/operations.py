@@ -11,7 +11,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from localrun.memory import kv_bytes
+from localrun.memory import KvShape, cache_bytes
 from localrun.native import GenerateRequest, TokenLogprob
 from localrun.ops import (
     Detokenize, Embed, Embeddings, Perplexity, PerplexityResult, PromptLogprobs, Render, Score, Scores, Text,
@@ -75,8 +75,9 @@ async def perplexity(manager: ModelManager, model: str, text: str, ctx: int, bat
         if isinstance(loaded, UpstreamLease):
             raise loaded.runner.unsupported(Perplexity.OP)
         check_context(loaded.model, ctx, "ctx")
-        cells = ctx * max(1, batch // ctx)
-        extra = kv_bytes(loaded.model.facts.kv_bytes_per_token, loaded.options.kv_cache_type, cells)
+        chunks = max(1, batch // ctx)  # its side context keeps every cell, as it cuts back anywhere
+        extra = cache_bytes(KvShape.of(loaded.model.facts), loaded.options.kv_cache_type, ctx, chunks, batch,
+                            swa_full=True)
         with manager.reserve(loaded, extra):
             return await ask(loaded.runner, Perplexity(text, ctx, batch))
 

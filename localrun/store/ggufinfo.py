@@ -142,9 +142,26 @@ def _info(reader: Any) -> ModelInfo:
         context_length=int(_scalar(reader, f"{arch}.context_length", 0)),
         embedding_length=int(_scalar(reader, f"{arch}.embedding_length", 0)),
         license=_scalar(reader, "general.license", ""),
-        kv_bytes_per_token=kv_bytes_per_token(lambda key, default: _scalar(reader, f"{arch}.{key}", default)),
+        **kv_facts(arch, lambda key, default: _scalar(reader, f"{arch}.{key}", default)),
     )
     return ModelInfo(facts, _scalar(reader, "tokenizer.chat_template", ""), _special_tokens(reader), _metadata(reader))
+
+
+# llama.cpp's sliding-window pattern per architecture when the GGUF has none: of every N layers the
+# last one is full and the others slide (llama_hparams::set_swa_pattern, src/models/<arch>.cpp).
+SWA_PATTERNS = {"gemma2": 2, "gemma3": 6, "gemma3n": 5, "gemma-embedding": 6, "cohere2": 4, "gpt-oss": 2,
+                "exaone4": 4, "olmo2": 4}
+
+
+def kv_facts(arch: str, get: Callable[[str, Any], Any]) -> dict[str, int]:
+    """The Facts fields that size the KV cache: all layers' bytes per token, the sliding-window
+    layers' share of them, and their window."""
+    per_token = kv_bytes_per_token(get)
+    layers = int(get("block_count", 0) or 0)
+    window = int(get("attention.sliding_window", 0) or 0)
+    sliding = _sliding_layers(arch, layers, get("attention.sliding_window_pattern", None)) if window else 0
+    swa = per_token * sliding // layers if layers else 0
+    return {"kv_bytes_per_token": per_token, "kv_swa_bytes_per_token": swa, "sliding_window": window if swa else 0}
 
 
 def kv_bytes_per_token(get: Callable[[str, Any], Any]) -> int:
@@ -156,6 +173,14 @@ def kv_bytes_per_token(get: Callable[[str, Any], Any]) -> int:
     key_len = int(get("attention.key_length", embd // heads) or 0)
     value_len = int(get("attention.value_length", key_len) or key_len)
     return layers * kv_heads * (key_len + value_len) * 2
+
+
+def _sliding_layers(arch: str, layers: int, pattern: Any) -> int:
+    """How many layers slide: the GGUF's per-layer flags, else its period, else the architecture's."""
+    if isinstance(pattern, list):
+        return sum(1 for flag in pattern[:layers] if flag)
+    period = int(pattern or SWA_PATTERNS.get(arch, 0))
+    return sum(1 for layer in range(layers) if layer % period < period - 1) if period else 0
 
 
 def human_count(n: int) -> str:

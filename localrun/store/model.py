@@ -22,6 +22,8 @@ class Facts:
     embedding_length: int = 0
     license: str = ""
     kv_bytes_per_token: int = 0  # f16 K and V of one token across all layers: sizes the KV cache
+    kv_swa_bytes_per_token: int = 0  # the part of it in sliding-window layers, which hold only a window
+    sliding_window: int = 0  # that window, in tokens (0: no sliding-window layers)
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Facts:

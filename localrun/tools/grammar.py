@@ -1,10 +1,16 @@
 """tool_choice "required" / a named tool, enforced: a GBNF grammar that only admits valid calls.
 
-The call is the generic convention (`<tool_call>\\n{"name": ..., "arguments": ...}\\n</tool_call>`),
-whose JSON part is the grammar of one schema: a oneOf over the offered tools, each
-`{"name": {"const": tool}, "arguments": <the tool's parameters schema>}`. So even a tiny model
-answers with a call that parses and whose arguments match the schema. One call per turn: a grammar
-that allowed "another call?" after each one lets small models repeat the call until max_tokens.
+The call is written in the model family's own format (`families.call_format`: Hermes' `<tool_call>`,
+Qwen3-Coder's XML, gpt-oss's harmony header, DeepSeek's and Kimi's tool tokens, Mistral's
+`[TOOL_CALLS]` ...), so a forced call is what the model itself would write and its family's parser
+reads it. The arguments are the grammar of the tool's parameters schema: one JSON object, or, for
+the XML formats, one tag group per property (required ones in order, then the optional ones, each
+optional), a string's value bare and any other value as JSON. So even a tiny model answers with a
+call that parses and whose arguments match the schema. One call per turn: a grammar that allowed
+"another call?" after each one lets small models repeat the call until max_tokens.
+
+Special tokens need nothing special: llama.cpp matches a grammar's literal against a token's text,
+and a control token's text is its marker (`[TOOL_CALLS]`, `<｜tool▁sep｜>`).
 """
 
 from __future__ import annotations
@@ -14,11 +20,10 @@ from typing import Any
 
 from localrun.engine.grammar import schema_to_grammar
 from localrun.errors import InvalidRequest
-from localrun.families.json_calls import HERMES_CLOSE, HERMES_OPEN
+from localrun.families.call_format import HERMES, CallFormat
 
-CALL_RULE = "tool-call-json"
-_GBNF_TOKEN = re.compile(r'"(?:\\.|[^"\\])*"|\[(?:\\.|[^\]\\])*\]|[A-Za-z0-9-]+')
-_LOCAL_REF = re.compile(r"^#/(\$defs|definitions)/(.+)$")
+_GBNF_TOKEN = re.compile(r'"(?:\\.|[^"\\])*"|\[(?:\\.|[^\]\\])*\]|[A-Za-z][A-Za-z0-9-]*')
+_BARE_STRING_KEYS = {"enum", "const", "pattern", "format", "minLength", "maxLength"}
 
 
 def forced_tools(tools: list[dict[str, Any]] | None, choice: Any) -> list[dict[str, Any]] | None:
@@ -36,55 +41,77 @@ def forced_tools(tools: list[dict[str, Any]] | None, choice: Any) -> list[dict[s
     return named
 
 
-def tool_call_grammar(tools: list[dict[str, Any]] | None, choice: Any) -> str | None:
-    """GBNF for one forced call, or None when tool_choice leaves the answer free."""
+def tool_call_grammar(tools: list[dict[str, Any]] | None, choice: Any, form: CallFormat = HERMES) -> str | None:
+    """GBNF for one forced call written in `form`, or None when tool_choice leaves the answer free."""
     forced = forced_tools(tools, choice)
     if forced is None:
         return None
-    json_rules = _renamed_root(schema_to_grammar(call_schema(forced)), CALL_RULE)
-    return f"root ::= {_literal(HERMES_OPEN + chr(10))} {CALL_RULE} {_literal(chr(10) + HERMES_CLOSE)}\n{json_rules}"
+    calls = " | ".join(f"call{i}" for i in range(len(forced)))
+    rules = [f"root ::= {_sequence(_literal(form.before), f'({calls})', _literal(form.after))}"]
+    for i, tool in enumerate(forced):
+        prefix = f"tool{i}-"
+        rules.append(f"call{i} ::= {_sequence(_literal(form.name_text(tool['name']) + form.middle), prefix + 'args')}")
+        rules += _arguments(tool.get("parameters") or {"type": "object"}, prefix, form)
+    if form.argument is not None:
+        rules.append(f"xml-text ::= {_until(form.argument[2])}")
+    return "\n".join(rules) + "\n"
 
 
-def call_schema(tools: list[dict[str, Any]]) -> dict[str, Any]:
-    """The JSON schema of one call to any of `tools`; each tool's $defs move to the top, renamed."""
-    defs: dict[str, Any] = {}
-    alternatives = []
-    for index, tool in enumerate(tools):
-        parameters = _hoisted(tool.get("parameters") or {"type": "object"}, f"tool{index}-", defs)
-        alternatives.append({
-            "type": "object", "properties": {"name": {"const": tool["name"]}, "arguments": parameters},
-            "required": ["name", "arguments"], "additionalProperties": False,
-        })
-    schema: dict[str, Any] = alternatives[0] if len(alternatives) == 1 else {"oneOf": alternatives}
-    return {**schema, "$defs": defs} if defs else schema
+def _arguments(parameters: dict[str, Any], prefix: str, form: CallFormat) -> list[str]:
+    """The rules of one tool's arguments, all named `prefix`..., the first one `prefix`args."""
+    if form.argument is None:
+        return [f"{prefix}args ::= {prefix}root", _prefixed(schema_to_grammar(parameters), prefix)]
+    open_key, between, close = form.argument
+    properties = parameters.get("properties") or {}
+    required = set(parameters.get("required") or [])
+    order = [key for key in properties if key in required] + [key for key in properties if key not in required]
+    defs = {key: parameters[key] for key in ("$defs", "definitions") if key in parameters}
+    rules, parts = [], []
+    for j, key in enumerate(order):
+        value, value_rules = _xml_value(properties[key], defs, f"{prefix}{j}-")
+        rules += value_rules
+        part = _sequence(_literal(f"{open_key}{key}{between}"), value, _literal(close))
+        parts.append(part if key in required else f"({part})?")
+    return [f"{prefix}args ::= {_sequence(*parts) or chr(34) * 2}", *rules]
 
 
-def _hoisted(parameters: dict[str, Any], prefix: str, defs: dict[str, Any]) -> dict[str, Any]:
-    """A tool's schema with its local $refs renamed to `prefix`+name, its definitions added to `defs`."""
-    def rename(node: Any) -> Any:
-        if isinstance(node, list):
-            return [rename(item) for item in node]
-        if not isinstance(node, dict):
-            return node
-        out = {k: rename(v) for k, v in node.items() if k not in ("$defs", "definitions")}
-        ref = node.get("$ref")
-        if isinstance(ref, str) and (local := _LOCAL_REF.match(ref)):
-            out["$ref"] = f"#/$defs/{prefix}{local.group(2)}"
-        return out
-
-    for key in ("$defs", "definitions"):
-        for name, definition in (parameters.get(key) or {}).items():
-            defs[prefix + name] = rename(definition)
-    return rename(parameters)
+def _xml_value(schema: Any, defs: dict[str, Any], prefix: str) -> tuple[str, list[str]]:
+    """(the expression of one XML argument's value, the rules it needs): strings bare, the rest JSON."""
+    if isinstance(schema, dict) and schema.get("type") == "string" and not schema.keys() & _BARE_STRING_KEYS:
+        return "xml-text", []
+    if isinstance(schema, dict) and schema.get("enum") and all(isinstance(v, str) for v in schema["enum"]):
+        return "(" + " | ".join(_literal(v) for v in schema["enum"]) + ")", []
+    if isinstance(schema, dict) and isinstance(schema.get("const"), str):
+        return _literal(schema["const"]), []
+    whole = {**schema, **defs} if isinstance(schema, dict) else schema
+    return f"{prefix}root", [_prefixed(schema_to_grammar(whole), prefix)]
 
 
-def _renamed_root(gbnf: str, name: str) -> str:
-    """The grammar with its `root` rule called `name` (string literals and char classes untouched)."""
-    return _GBNF_TOKEN.sub(lambda m: name if m.group() == "root" else m.group(), gbnf)
+def _until(end: str) -> str:
+    """Text up to `end`: llama.cpp's `until` (any character but end's first, or a prefix of end that
+    goes on differently), so a bare value may hold code with tags, only not the closing tag itself."""
+    steps = [f"{_literal(end[:i])} [^{_in_class(end[i])}]".strip() for i in range(len(end))]
+    return "(" + " | ".join(steps) + ")*"
+
+
+def _in_class(char: str) -> str:
+    return {"\n": "\\n", "]": "\\]", "^": "\\^", "\\": "\\\\", "-": "\\-"}.get(char, char)
+
+
+def _prefixed(gbnf: str, prefix: str) -> str:
+    """The grammar with every rule name prefixed (string literals and char classes untouched)."""
+    return _GBNF_TOKEN.sub(lambda m: m.group() if m.group()[0] in '"[' else prefix + m.group(), gbnf)
+
+
+def _sequence(*parts: str) -> str:
+    return " ".join(part for part in parts if part)
 
 
 def _literal(text: str) -> str:
+    """A GBNF string literal; empty for empty text (a format may have nothing before or after)."""
+    if not text:
+        return ""
     return '"' + text.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n") + '"'
 
 
-__all__ = ["CALL_RULE", "call_schema", "forced_tools", "tool_call_grammar"]
+__all__ = ["forced_tools", "tool_call_grammar"]

@@ -17,8 +17,8 @@ results written out as text in the same format, so the model sees one consistent
     ...
 
 Tool results come back as a user turn `<tool_response>...</tool_response>`, which templates with
-strict role alternation accept. This is the Hermes convention, which `parse.py` reads and the
-tool-choice grammar (`grammar.py`) produces.
+strict role alternation accept. This is the Hermes convention, which every family's parser reads
+and the tool-choice grammar (`grammar.py`) writes for the generic family.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ import json
 import re
 from typing import Any
 
-from localrun.families.json_calls import HERMES_CLOSE, HERMES_OPEN
+from localrun.families.call_format import HERMES
 
 _MENTIONS_TOOLS = re.compile(r"\btools\b")
 
@@ -68,8 +68,8 @@ def tool_prompt(tools: list[dict[str, Any]]) -> str:
 
 
 def format_call(name: str, arguments: Any) -> str:
-    """One call in the generic convention (also what the tool-choice grammar produces)."""
-    return f"{HERMES_OPEN}\n{json.dumps({'name': name, 'arguments': arguments}, ensure_ascii=False)}\n{HERMES_CLOSE}"
+    """One call in the generic convention (what a forced tool_choice writes for the generic family)."""
+    return HERMES.write(name, arguments)
 
 
 def _written_out(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:

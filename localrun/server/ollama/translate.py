@@ -218,7 +218,7 @@ def show(model: Any, info: Any) -> ShowResponse:
     return ShowResponse(
         model.modelfile_license or info.license, modelfile(model, info), parameters,
         model.template or info.chat_template, details(model), {"general.parameter_count": info.parameters, **info.metadata},
-        capabilities(info), model.modified.isoformat(), model.system or None,
+        capabilities(info, model.template), model.modified.isoformat(), model.system or None,
         list(model.messages) if model.messages else None)
 
 
@@ -254,14 +254,15 @@ def _first(*values: str | None) -> str | None:
     return next((v for v in values if v is not None), None)
 
 
-def capabilities(info: Any) -> list[str]:
+def capabilities(info: Any, template: str | None = None) -> list[str]:
     """What works with the model here: a model with a pooling type only embeds; any other completes,
     calls tools (through its template, else localrun's generic tool prompt) and embeds (/api/embed
     works with every model). Clients such as Ollama's own refuse tools to a model without "tools".
     "thinking" when its family thinks, and "thinking_always" (localrun's) when no switch turns the
-    thinking off (gpt-oss, Magistral, QwQ: `think: false` cannot stop them)."""
+    thinking off (gpt-oss, Magistral, QwQ: `think: false` cannot stop them). A Modelfile's `template`
+    decides the family before the GGUF's."""
     if f"{info.architecture}.pooling_type" in info.metadata:
         return ["embedding"]
-    family = family_for(info.chat_template, info.architecture)
+    family = family_for(template or info.chat_template, info.architecture)
     return ["completion", "tools", "embedding", *(["thinking"] if family.thinks else []),
             *(["thinking_always"] if not family.can_stop_thinking else [])]
