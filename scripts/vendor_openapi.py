@@ -4,8 +4,10 @@
 
 Keeps the named component schemas and every schema they reference, under the same
 `components/schemas` paths (so `$ref`s resolve unchanged), without prose (descriptions, examples,
-x-oaiMeta), which the tests do not need. OpenAPI 3.0's `nullable: true`, which parts of the spec
-still use, becomes JSON Schema's null type; the result is plain JSON Schema 2020-12.
+x-oaiMeta, x-enum-descriptions), which the tests do not need. OpenAPI 3.0's `nullable: true`, which
+parts of OpenAI's spec still use, becomes JSON Schema's null type, and the `"type": null` that
+Anthropic's (Stainless-generated) spec writes for "any type" is dropped; the result is plain JSON
+Schema 2020-12. Works for both vendored specs (see tests/data/openapi/README.md).
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-PROSE = {"description", "example", "examples", "x-oaiMeta", "title"}
+PROSE = {"description", "example", "examples", "x-oaiMeta", "x-enum-descriptions", "title"}
 PREFIX = "#/components/schemas/"
 
 
@@ -52,6 +54,8 @@ def without_prose(node: Any, in_properties: bool = False) -> Any:
 
 def with_null(schema: dict[str, Any]) -> dict[str, Any]:
     """OpenAPI 3.0's `nullable: true` as JSON Schema: null added to the type (and the enum)."""
+    if "type" in schema and schema["type"] is None:  # Stainless' "no type given", not a JSON Schema type
+        del schema["type"]
     if schema.pop("nullable", False) is not True:
         return schema
     if isinstance(schema.get("type"), str):

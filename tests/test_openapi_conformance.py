@@ -1,6 +1,6 @@
-"""Real answers of the daemon, validated field for field against OpenAI's official OpenAPI schemas
-(vendored in tests/data/openapi/, see its README): every required field present, nullable ones as
-null, every enum value valid, in non-streamed answers and in each streamed event."""
+"""Real answers of the daemon, validated field for field against OpenAI's and Anthropic's official
+OpenAPI schemas (vendored in tests/data/openapi/, see its README): every required field present,
+nullable ones as null, every enum value valid, in non-streamed answers and in each streamed event."""
 
 from __future__ import annotations
 
@@ -108,3 +108,93 @@ def test_errors_conform(daemon, method, path, body):
     answer = httpx.request(method, f"{daemon.url}{path}", json=body, timeout=60)
     assert 400 <= answer.status_code < 500
     conforms(answer.json(), "ErrorResponse")
+
+
+# Anthropic: the schemas of POST /v1/messages (JSON and stream events), /v1/messages/count_tokens and
+# the error envelope. The vendored spec (2024-11) predates Anthropic's models API and does not list
+# the `ping` stream event, so those have no schema to meet here (tests/test_anthropic_api.py checks
+# them); the newer members localrun sends (citations, container, cache usage) are extra members,
+# which these schemas allow.
+ANTHROPIC = {"anthropic-version": "2023-06-01"}
+MESSAGE = {"model": MODEL, "max_tokens": 20, "temperature": 0, "messages": [{"role": "user", "content": "Name a color."}]}
+TOOL_MESSAGE = {**MESSAGE, "max_tokens": 60, "tool_choice": {"type": "tool", "name": ADD["name"]},
+                "tools": [{"name": ADD["name"], "description": ADD["description"], "input_schema": ADD["parameters"]}]}
+
+
+def anthropic_conforms(data: dict, name: str) -> None:
+    conforms(data, name, "anthropic")
+
+
+def anthropic_stream(daemon, body: dict) -> list[dict]:
+    with httpx.stream("POST", f"{daemon.url}/v1/messages", json={**body, "stream": True}, headers=ANTHROPIC,
+                      timeout=120) as answer:
+        assert answer.status_code == 200
+        events = [json.loads(line[6:]) for line in answer.iter_lines() if line.startswith("data: ")]
+    for event in events:
+        if event["type"] == "ping":  # not in the vendored spec; Anthropic's docs give it as just its type
+            assert event == {"type": "ping"}
+        else:  # the union's member that the event's type names (its discriminator), for clearer errors
+            anthropic_conforms(event, anthropic_event_schema(event["type"]))
+    return events
+
+
+@cache
+def anthropic_event_schema(kind: str) -> str:
+    schemas = json.loads((SPECS / "anthropic.json").read_text(encoding="utf-8"))["components"]["schemas"]
+    mapping = schemas["MessageStreamEvent"]["discriminator"]["mapping"]
+    assert kind in mapping, f"the spec has no stream event of type {kind!r}"
+    return mapping[kind].rsplit("/", 1)[1]
+
+
+def checked_message(daemon, body: dict) -> tuple[dict, list[dict]]:
+    """The answer to `body`, JSON and streamed, each validated; both returned for the caller's checks."""
+    message = httpx.post(f"{daemon.url}/v1/messages", json=body, headers=ANTHROPIC, timeout=120)
+    assert message.status_code == 200, message.text
+    anthropic_conforms(message.json(), "Message")
+    events = anthropic_stream(daemon, body)
+    kinds = [e["type"] for e in events]
+    assert kinds[0] == "message_start" and kinds[-1] == "message_stop" and "message_delta" in kinds
+    assert {"ping", "content_block_start", "content_block_delta", "content_block_stop"} <= set(kinds)
+    return message.json(), events
+
+
+def test_anthropic_messages_conform(daemon):
+    message, events = checked_message(daemon, MESSAGE)
+    assert message["content"][0]["type"] == "text" and message["stop_sequence"] is None
+    assert {e["delta"]["type"] for e in events if e["type"] == "content_block_delta"} == {"text_delta"}
+
+
+def test_anthropic_message_with_stop_sequence_conforms(daemon):
+    text = httpx.post(f"{daemon.url}/v1/messages", json=MESSAGE, headers=ANTHROPIC, timeout=120).json()
+    words = text["content"][0]["text"].split()
+    assert len(words) > 1, text
+    message, events = checked_message(daemon, {**MESSAGE, "stop_sequences": [words[1]]})
+    assert (message["stop_reason"], message["stop_sequence"]) == ("stop_sequence", words[1])
+    delta = next(e for e in events if e["type"] == "message_delta")["delta"]
+    assert (delta["stop_reason"], delta["stop_sequence"]) == ("stop_sequence", words[1])
+
+
+def test_anthropic_forced_tool_use_conforms(daemon):
+    message, events = checked_message(daemon, TOOL_MESSAGE)
+    assert message["stop_reason"] == "tool_use" and message["content"][-1]["type"] == "tool_use"
+    assert "input_json_delta" in {e["delta"]["type"] for e in events if e["type"] == "content_block_delta"}
+
+
+def test_anthropic_count_tokens_conforms(daemon):
+    body = {key: TOOL_MESSAGE[key] for key in ("model", "messages", "tools")}
+    answer = httpx.post(f"{daemon.url}/v1/messages/count_tokens", json=body, headers=ANTHROPIC, timeout=60)
+    assert answer.status_code == 200, answer.text
+    anthropic_conforms(answer.json(), "BetaCountMessageTokensResponse")
+
+
+@pytest.mark.parametrize("method, path, body, status", [
+    ("POST", "/v1/messages", {"model": MODEL, "messages": MESSAGE["messages"]}, 400),  # no max_tokens
+    ("POST", "/v1/messages", {**MESSAGE, "messages": []}, 400),
+    ("POST", "/v1/messages", {**MESSAGE, "model": "no-such-model"}, 404),
+    ("POST", "/v1/messages/count_tokens", {"model": "no-such-model", "messages": MESSAGE["messages"]}, 404),
+    ("GET", "/v1/models/no-such-model", None, 404),
+])
+def test_anthropic_errors_conform(daemon, method, path, body, status):
+    answer = httpx.request(method, f"{daemon.url}{path}", json=body, headers=ANTHROPIC, timeout=60)
+    assert answer.status_code == status, answer.text
+    anthropic_conforms(answer.json(), "ErrorResponse")
