@@ -116,7 +116,8 @@ def test_errors_conform(daemon, method, path, body):
 # them); the newer members localrun sends (citations, container, cache usage) are extra members,
 # which these schemas allow.
 ANTHROPIC = {"anthropic-version": "2023-06-01"}
-MESSAGE = {"model": MODEL, "max_tokens": 20, "temperature": 0, "messages": [{"role": "user", "content": "Name a color."}]}
+MESSAGE = {"model": MODEL, "max_tokens": 20, "temperature": 0,
+           "messages": [{"role": "user", "content": "Name a color."}]}
 TOOL_MESSAGE = {**MESSAGE, "max_tokens": 60, "tool_choice": {"type": "tool", "name": ADD["name"]},
                 "tools": [{"name": ADD["name"], "description": ADD["description"], "input_schema": ADD["parameters"]}]}
 
