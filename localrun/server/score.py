@@ -26,7 +26,7 @@ from pydantic import Field, model_validator
 from localrun.errors import InvalidRequest
 from localrun.server import operations
 from localrun.server.jsonbody import JSONBodyRoute
-from localrun.server.openai.translate import normalize_messages
+from localrun.server.messages import normalize_messages
 from localrun.server.wire import WireModel
 
 router = APIRouter(tags=["score"], route_class=JSONBodyRoute)

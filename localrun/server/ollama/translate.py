@@ -20,7 +20,7 @@ from localrun.sampling import SamplingParams, given
 from localrun.server.ollama.protocol import ChatRequest, CreateRequest, GenerateRequest, Message, Options
 from localrun.store import Modelfile, modelfile_of, parse_modelfile, parse_reference
 from localrun.store.modelfile import check_template, message as mf_message, parameters as mf_parameters
-from localrun.server.openai.translate import tool_definition  # Ollama's tools are OpenAI's
+from localrun.server.messages import tool_definition  # Ollama's tools are OpenAI's
 
 OLLAMA_DEFAULTS: dict[str, float] = {
     "temperature": 0.8, "top_k": 40, "top_p": 0.9, "min_p": 0.0, "typical_p": 1.0,

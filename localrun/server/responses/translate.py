@@ -1,6 +1,6 @@
 """Responses <-> native: input items into one GenerateRequest, a Done back into output items.
 
-Input items become OpenAI chat messages, which the OpenAI dialect's `normalize_message` then checks
+Input items become OpenAI chat messages, which `server/messages.normalize_message` then checks
 and turns into the native conversation (one home for content and tool-call rules):
 
     message (user/system/developer/assistant)   its text parts joined; images and files refused
@@ -26,7 +26,7 @@ from typing import Any
 from localrun.errors import InvalidRequest
 from localrun.native import SWITCHES, Done, GenerateRequest, Timings
 from localrun.sampling import SamplingParams, given
-from localrun.server.openai.translate import normalize_message
+from localrun.server.messages import normalize_message
 from localrun.server.responses.protocol import Reasoning, ResponsesRequest
 
 _TEXT_PARTS = ("input_text", "output_text", "text", "summary_text", "reasoning_text")
