@@ -111,10 +111,10 @@ def test_errors_conform(daemon, method, path, body):
 
 
 # Anthropic: the schemas of POST /v1/messages (JSON and stream events), /v1/messages/count_tokens and
-# the error envelope. The vendored spec (2024-11) predates Anthropic's models API and does not list
-# the `ping` stream event, so those have no schema to meet here (tests/test_anthropic_api.py checks
-# them); the newer members localrun sends (citations, container, cache usage) are extra members,
-# which these schemas allow.
+# the error envelope (anthropic.json), and of the models API (anthropic-models.json, from a 2026 spec:
+# the 2024 one predates it). The 2024 spec does not list the `ping` stream event, so it has no schema
+# to meet here (tests/test_anthropic_api.py checks it); the newer members localrun sends (citations,
+# container, cache usage) are extra members, which these schemas allow.
 ANTHROPIC = {"anthropic-version": "2023-06-01"}
 MESSAGE = {"model": MODEL, "max_tokens": 20, "temperature": 0,
            "messages": [{"role": "user", "content": "Name a color."}]}
@@ -199,3 +199,32 @@ def test_anthropic_errors_conform(daemon, method, path, body, status):
     answer = httpx.request(method, f"{daemon.url}{path}", json=body, headers=ANTHROPIC, timeout=60)
     assert answer.status_code == status, answer.text
     anthropic_conforms(answer.json(), "ErrorResponse")
+
+
+def anthropic_models(daemon, **query) -> dict:
+    answer = httpx.get(f"{daemon.url}/v1/models", params=query, headers=ANTHROPIC, timeout=10)
+    assert answer.status_code == 200, answer.text
+    conforms(answer.json(), "ListResponse_ModelInfo_", "anthropic-models")
+    return answer.json()
+
+
+def test_anthropic_models_conform(daemon):
+    everything = anthropic_models(daemon)
+    ids = [m["id"] for m in everything["data"]]
+    assert ids and everything["has_more"] is False and (everything["first_id"], everything["last_id"]) == (ids[0], ids[-1])
+    paged, after = [], None  # one model a page, following after_id to the (empty) page past the last
+    while True:
+        page = anthropic_models(daemon, limit=1, **({"after_id": after} if after else {}))
+        if not page["data"]:
+            assert (page["first_id"], page["last_id"], page["has_more"]) == (None, None, False)
+            break
+        paged += [m["id"] for m in page["data"]]
+        assert page["has_more"] is (len(paged) < len(ids))
+        after = page["last_id"]
+    assert paged == ids
+    for name in [MODEL, *ids]:
+        answer = httpx.get(f"{daemon.url}/v1/models/{name}", headers=ANTHROPIC, timeout=10)
+        assert answer.status_code == 200, answer.text
+        conforms(answer.json(), "ModelInfo", "anthropic-models")
+    info = httpx.get(f"{daemon.url}/v1/models/{MODEL}", headers=ANTHROPIC, timeout=10).json()
+    assert info["max_input_tokens"] > 0  # the model's trained context

@@ -27,7 +27,7 @@ async def list_models(request: Request, after_id: str | None = None, before_id: 
     upstreams = request.app.state.manager.upstreams
     remote = upstreams.models() if upstreams else []
     if dialect(request.scope) == "anthropic":
-        infos = [anthropic.model_info(m.name, m.modified) for m in models] + \
+        infos = [anthropic.model_info(m.name, m.modified, m.facts.context_length) for m in models] + \
                 [anthropic.model_info(m.name, None) for m in remote]
         return anthropic.model_page(infos, after_id, before_id, limit)
     return {"object": "list", "data": [openai.model(m) for m in models] + [openai.upstream_model(m) for m in remote]}
@@ -38,5 +38,6 @@ async def get_model(model_id: str, request: Request) -> dict[str, Any]:
     route = await request.app.state.manager.upstream(model_id)
     local = None if route is not None else request.app.state.store.resolve(model_id)
     if dialect(request.scope) == "anthropic":
-        return anthropic.model_info(local.name, local.modified) if local else anthropic.model_info(route.model.name, None)
+        return (anthropic.model_info(local.name, local.modified, local.facts.context_length) if local else
+                anthropic.model_info(route.model.name, None))
     return openai.model(local) if local else openai.upstream_model(route.model)

@@ -249,12 +249,15 @@ def text_block(text: str) -> dict[str, Any]:
 
 # --- models ---------------------------------------------------------------------------------------
 
-def model_info(name: str, created: datetime | None) -> dict[str, Any]:
+def model_info(name: str, created: datetime | None, context: int = 0) -> dict[str, Any]:
     """A model in Anthropic's ModelInfo shape. `created_at` is when it entered the store (the epoch
-    for a model another server answers for, as Anthropic does for an unknown release date)."""
+    for a model another server answers for, as Anthropic does for an unknown release date);
+    `max_input_tokens` is the model's trained context (null when unknown). `capabilities` and
+    `max_tokens` are required but nullable, and null here: Anthropic's capability table names its own
+    features (batch, citations, code execution, ...), which say nothing true about a local model."""
     when = (created or datetime.fromtimestamp(0, timezone.utc)).astimezone(timezone.utc)
     return {"type": "model", "id": name, "display_name": name, "created_at": when.strftime("%Y-%m-%dT%H:%M:%SZ"),
-            "lifecycle": "active"}
+            "lifecycle": "active", "max_input_tokens": context or None, "max_tokens": None, "capabilities": None}
 
 
 def model_page(infos: list[dict[str, Any]], after_id: str | None, before_id: str | None,
