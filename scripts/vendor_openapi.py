@@ -7,7 +7,8 @@ Keeps the named component schemas and every schema they reference, under the sam
 x-oaiMeta, x-enum-descriptions), which the tests do not need. OpenAPI 3.0's `nullable: true`, which
 parts of OpenAI's spec still use, becomes JSON Schema's null type, and the `"type": null` that
 Anthropic's (Stainless-generated) spec writes for "any type" is dropped; the result is plain JSON
-Schema 2020-12. Works for both vendored specs (see tests/data/openapi/README.md).
+Schema 2020-12. Works for every vendored spec (openai.json, anthropic.json, anthropic-models.json;
+see tests/data/openapi/README.md).
 """
 
 from __future__ import annotations
