@@ -211,7 +211,8 @@ def anthropic_models(daemon, **query) -> dict:
 def test_anthropic_models_conform(daemon):
     everything = anthropic_models(daemon)
     ids = [m["id"] for m in everything["data"]]
-    assert ids and everything["has_more"] is False and (everything["first_id"], everything["last_id"]) == (ids[0], ids[-1])
+    assert ids and everything["has_more"] is False
+    assert (everything["first_id"], everything["last_id"]) == (ids[0], ids[-1])
     paged, after = [], None  # one model a page, following after_id to the (empty) page past the last
     while True:
         page = anthropic_models(daemon, limit=1, **({"after_id": after} if after else {}))
