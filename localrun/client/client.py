@@ -14,10 +14,10 @@ from typing import Any
 
 import httpx
 
-from localrun.api_types import ListedModel, ShowResponse
+from localrun.api_types import ListedModel, RunningModel, ShowResponse
 from localrun.client.address import parse_address
 from localrun.ops import PerplexityResult
-from localrun.client.types import Completion, GenerateOptions, PullStatus, RunningModel, Timings, Usage
+from localrun.client.types import Completion, GenerateOptions, PullStatus, Timings, Usage
 from localrun.errors import (AuthError, DaemonUnavailable, InvalidRequest, LocalrunError, ModelNotFound,
                              Overloaded)
 
@@ -68,7 +68,7 @@ class Client:
         return str(self._json("GET", "/api/version").get("version", ""))
 
     def ps(self) -> list[RunningModel]:
-        return [RunningModel.from_json(m) for m in self._json("GET", "/api/ps").get("models", [])]
+        return [RunningModel.from_dict(m) for m in self._json("GET", "/api/ps").get("models", [])]
 
     def models(self) -> list[str]:
         return [m["id"] for m in self._json("GET", "/v1/models").get("data", [])]
