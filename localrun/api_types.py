@@ -1,5 +1,6 @@
-"""The Ollama API's answers about models (listed, shown, pulled, loaded), shared by the server, which
-writes them, and the client, which reads them (as Ollama's api/types.go is shared by its server and its CLI).
+"""The HTTP API's answers that the client reads typed: the Ollama API's about models (listed, shown,
+pulled, loaded) and localrun's `/v1/score`. Shared by the server, which writes them, and the client,
+which reads them (as Ollama's api/types.go is shared by its server and its CLI).
 
 A leaf module of plain dataclasses (no pydantic: the CLI stays light); the store may import it too.
 `to_dict` is the JSON the server sends; `from_dict` reads it back, and reads any Ollama server's
@@ -21,6 +22,10 @@ def _str(value: Any) -> str:
 
 def _int(value: Any) -> int:
     return value if isinstance(value, int) and not isinstance(value, bool) else 0
+
+
+def _float(value: Any) -> float:
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else 0.0
 
 
 def _told(value: Any) -> str | None:
@@ -234,4 +239,56 @@ class PullProgress:
                    _int(data.get("completed")))
 
 
-__all__ = ["ListedModel", "ModelDetails", "PullProgress", "RunningModel", "ShowResponse", "parse_time"]
+@dataclass(slots=True)
+class ScoredOption:
+    """One option of `/v1/score`: its log-probability after the prompt (the sum over its `tokens`),
+    the `score` it is ranked by (that sum, or its mean per token), and its softmax `prob` among the options."""
+
+    index: int
+    option: str
+    logprob: float
+    tokens: int
+    score: float
+    prob: float
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"index": self.index, "option": self.option, "logprob": self.logprob, "tokens": self.tokens,
+                "score": self.score, "prob": self.prob}
+
+    @classmethod
+    def from_dict(cls, data: Any) -> ScoredOption:
+        data = _object(data)
+        return cls(_int(data.get("index")), _str(data.get("option")), _float(data.get("logprob")),
+                   _int(data.get("tokens")), _float(data.get("score")), _float(data.get("prob")))
+
+
+@dataclass(slots=True)
+class ScoreResponse:
+    """`/v1/score`'s answer (a localrun extension): the options in the order asked, what the prompt and
+    the options cost in tokens (`usage` on the wire) and how long scoring took (`timings.score_ms`)."""
+
+    model: str
+    choices: list[ScoredOption] = field(default_factory=list)
+    prompt_tokens: int = 0
+    cached_tokens: int = 0  # prompt tokens the scorer reused from its cache
+    option_tokens: int = 0
+    score_ms: float = 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"object": "score", "model": self.model, "choices": [c.to_dict() for c in self.choices],
+                "usage": {"prompt_tokens": self.prompt_tokens, "cached_tokens": self.cached_tokens,
+                          "option_tokens": self.option_tokens},
+                "timings": {"score_ms": self.score_ms}}
+
+    @classmethod
+    def from_dict(cls, data: Any) -> ScoreResponse:
+        data = _object(data)
+        usage, choices = _object(data.get("usage")), data.get("choices")
+        return cls(_str(data.get("model")),
+                   [ScoredOption.from_dict(c) for c in choices] if isinstance(choices, list) else [],
+                   _int(usage.get("prompt_tokens")), _int(usage.get("cached_tokens")),
+                   _int(usage.get("option_tokens")), _float(_object(data.get("timings")).get("score_ms")))
+
+
+__all__ = ["ListedModel", "ModelDetails", "PullProgress", "RunningModel", "ScoredOption", "ScoreResponse",
+           "ShowResponse", "parse_time"]
