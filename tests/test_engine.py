@@ -10,6 +10,7 @@ import llama_cpp
 import pytest
 
 from localrun.engine import Engine, EngineSettings, Finished, Request, Token, schema_to_grammar
+from localrun.engine.threads import ThreadTuner
 from localrun.errors import ContextOverflow, InvalidRequest, ModelLoadError
 from localrun.sampling import SamplingParams
 
@@ -426,6 +427,20 @@ def test_auto_threads_start_at_the_physical_cores(smollm2_path):
 
     with Engine(str(smollm2_path), EngineSettings(parallel=1, ctx_size=256)) as eng:
         assert eng.info["threads"] == physical_cores() and eng.info["threads_mode"].startswith("auto")
+
+
+def test_a_thread_trial_runs_on_decode_steps_only(smollm2_path):
+    """A prompt arriving while the tuner tries another thread count is evaluated with its choice."""
+    with Engine(str(smollm2_path), EngineSettings(parallel=2, ctx_size=512)) as eng:
+        eng._tuner = tuner = ThreadTuner(2)
+        for step in range(4):  # four decode steps at two threads: the first trial (one thread) begins
+            tuner.record(2, 1, 0.01, step * 0.01)
+        assert tuner.threads == 1 and tuner.current == 2
+        eng.add(Request("p", eng.tokenize("A prompt evaluated during the trial."), SamplingParams(max_tokens=0)))
+        eng.step()
+        assert llama_cpp.llama_n_threads(eng.ctx) == 2 and eng.threads == 2
+        generate(eng, "Then a decode step.", "d", max_tokens=2, **GREEDY)
+        assert llama_cpp.llama_n_threads(eng.ctx) == 1  # the trial's own steps
 
 
 def test_model_load_error(tmp_path):

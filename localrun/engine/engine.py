@@ -143,8 +143,8 @@ class Engine:
 
     @property
     def threads(self) -> int:
-        """The CPU threads the next step runs with (the tuner may change them between steps)."""
-        return self._threads
+        """The CPU threads decoding runs with: the tuner's choice, which may change between steps."""
+        return self._tuner.current if self._tuner else self._threads
 
     @property
     def has_work(self) -> bool:
@@ -216,7 +216,8 @@ class Engine:
         return indices
 
     def _decode(self, chunks: list[Chunk]) -> None:
-        threads = self._tuned_threads()
+        decoding = all(c.start >= c.seq.n_prompt and c.n == 1 for c in chunks)  # generated tokens only
+        threads = self._tuned_threads(decoding)
         start = time.perf_counter()
         status = self.batch.decode(self.ctx)
         if status != 0:
@@ -225,14 +226,18 @@ class Engine:
         if self.scheduler.window:  # the window cache may have let old cells go
             for c in chunks:
                 self.scheduler.slots[c.seq.slot].first = max(0, L.llama_memory_seq_pos_min(self.memory, c.seq.slot))
-        if self._tuner and all(not c.seq.prefilling and c.n == 1 for c in chunks):
+        if self._tuner and decoding:
             end = time.perf_counter()
             self._tuner.record(threads, self.batch.n, end - start, end)
 
-    def _tuned_threads(self) -> int:
-        if self._tuner and self._tuner.threads != self._threads:
-            self._threads = self._tuner.threads
-            L.llama_set_n_threads(self.ctx, self._threads, self._threads)
+    def _tuned_threads(self, decoding: bool) -> int:
+        """The tuner's choice; a trial runs on decode calls only (they are what it measures), so a
+        long prompt arriving mid-trial is not evaluated with the thread count under test."""
+        if self._tuner:
+            wanted = self._tuner.threads if decoding else self._tuner.current
+            if wanted != self._threads:
+                self._threads = wanted
+                L.llama_set_n_threads(self.ctx, wanted, wanted)
         return self._threads
 
     def _next_token(self, seq: Sequence, index: int) -> list[Event]:
