@@ -1,4 +1,5 @@
-"""The Ollama API's answers about models, shared by the server, which writes them, and the client,
+"""The HTTP API's answers that the client reads typed: the Ollama API's about models (listed, shown,
+pulled, loaded) and localrun's `/v1/score`. Shared by the server, which writes them, and the client,
 which reads them (as Ollama's api/types.go is shared by its server and its CLI).
 
 A leaf module of plain dataclasses (no pydantic: the CLI stays light); the store may import it too.
@@ -23,12 +24,20 @@ def _int(value: Any) -> int:
     return value if isinstance(value, int) and not isinstance(value, bool) else 0
 
 
+def _float(value: Any) -> float:
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else 0.0
+
+
 def _told(value: Any) -> str | None:
     return value if isinstance(value, str) else None
 
 
 def _object(value: Any) -> dict[str, Any]:
     return value if isinstance(value, dict) else {}
+
+
+def _strings(value: Any) -> list[str]:
+    return [str(v) for v in value] if isinstance(value, list) else []
 
 
 def _without_none(data: dict[str, Any]) -> dict[str, Any]:
@@ -161,6 +170,53 @@ class ShowResponse:
                    _told(data.get("remote_model")), _told(data.get("remote_host")))
 
 
+@dataclass(slots=True)
+class RunningModel:
+    """One loaded model of `/api/ps` (Ollama's ProcessModelResponse, and what localrun adds: how it
+    was loaded and how it runs now). `expires_at` is RFC 3339, far in the future for "forever". An
+    Ollama server sends only the first eight members; the rest then take their empty values."""
+
+    name: str
+    model: str = ""
+    size: int = 0
+    digest: str = ""
+    details: ModelDetails = field(default_factory=ModelDetails)
+    expires_at: str = ""
+    size_vram: int = 0
+    context_length: int = 0
+    parallel: int = 0
+    kv_cache_type: str = ""  # f16, q8_0, q4_0
+    threads: int | None = None  # the CPU threads it decodes with now; None when not told
+    active_requests: int = 0
+    speculative: int = 0  # draft tokens per step; 0 when off
+    speculative_exact: bool | None = None  # whether this build verifies drafts exactly; None when off
+    safe_mode: bool = False
+    extra_buffer_types: list[str] = field(default_factory=list)
+    cpu: list[str] = field(default_factory=list)  # the CPU features llama.cpp uses, one line each
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"name": self.name, "model": self.model, "size": self.size, "digest": self.digest,
+                "details": self.details.to_dict(), "expires_at": self.expires_at, "size_vram": self.size_vram,
+                "context_length": self.context_length, "parallel": self.parallel,
+                "kv_cache_type": self.kv_cache_type, "threads": self.threads,
+                "active_requests": self.active_requests, "speculative": self.speculative,
+                "speculative_exact": self.speculative_exact, "safe_mode": self.safe_mode,
+                "extra_buffer_types": self.extra_buffer_types, "cpu": self.cpu}
+
+    @classmethod
+    def from_dict(cls, data: Any) -> RunningModel:
+        data = _object(data)
+        name = _str(data.get("name")) or _str(data.get("model"))
+        exact = data.get("speculative_exact")
+        return cls(name, _str(data.get("model")) or name, _int(data.get("size")), _str(data.get("digest")),
+                   ModelDetails.from_dict(data.get("details")), _str(data.get("expires_at")),
+                   _int(data.get("size_vram")), _int(data.get("context_length")), _int(data.get("parallel")),
+                   _str(data.get("kv_cache_type")), _int(data.get("threads")) or None,
+                   _int(data.get("active_requests")), _int(data.get("speculative")),
+                   exact if isinstance(exact, bool) else None, data.get("safe_mode") is True,
+                   _strings(data.get("extra_buffer_types")), _strings(data.get("cpu")))
+
+
 @dataclass(frozen=True, slots=True)
 class PullProgress:
     """One line of a pull's progress (Ollama's ProgressResponse), in Ollama's words: pulling manifest,
@@ -183,4 +239,56 @@ class PullProgress:
                    _int(data.get("completed")))
 
 
-__all__ = ["ListedModel", "ModelDetails", "PullProgress", "ShowResponse", "parse_time"]
+@dataclass(slots=True)
+class ScoredOption:
+    """One option of `/v1/score`: its log-probability after the prompt (the sum over its `tokens`),
+    the `score` it is ranked by (that sum, or its mean per token), and its softmax `prob` among the options."""
+
+    index: int
+    option: str
+    logprob: float
+    tokens: int
+    score: float
+    prob: float
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"index": self.index, "option": self.option, "logprob": self.logprob, "tokens": self.tokens,
+                "score": self.score, "prob": self.prob}
+
+    @classmethod
+    def from_dict(cls, data: Any) -> ScoredOption:
+        data = _object(data)
+        return cls(_int(data.get("index")), _str(data.get("option")), _float(data.get("logprob")),
+                   _int(data.get("tokens")), _float(data.get("score")), _float(data.get("prob")))
+
+
+@dataclass(slots=True)
+class ScoreResponse:
+    """`/v1/score`'s answer (a localrun extension): the options in the order asked, what the prompt and
+    the options cost in tokens (`usage` on the wire) and how long scoring took (`timings.score_ms`)."""
+
+    model: str
+    choices: list[ScoredOption] = field(default_factory=list)
+    prompt_tokens: int = 0
+    cached_tokens: int = 0  # prompt tokens the scorer reused from its cache
+    option_tokens: int = 0
+    score_ms: float = 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"object": "score", "model": self.model, "choices": [c.to_dict() for c in self.choices],
+                "usage": {"prompt_tokens": self.prompt_tokens, "cached_tokens": self.cached_tokens,
+                          "option_tokens": self.option_tokens},
+                "timings": {"score_ms": self.score_ms}}
+
+    @classmethod
+    def from_dict(cls, data: Any) -> ScoreResponse:
+        data = _object(data)
+        usage, choices = _object(data.get("usage")), data.get("choices")
+        return cls(_str(data.get("model")),
+                   [ScoredOption.from_dict(c) for c in choices] if isinstance(choices, list) else [],
+                   _int(usage.get("prompt_tokens")), _int(usage.get("cached_tokens")),
+                   _int(usage.get("option_tokens")), _float(_object(data.get("timings")).get("score_ms")))
+
+
+__all__ = ["ListedModel", "ModelDetails", "PullProgress", "RunningModel", "ScoredOption", "ScoreResponse",
+           "ShowResponse", "parse_time"]

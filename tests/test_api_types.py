@@ -9,8 +9,9 @@ import json
 import httpx
 import pytest
 
-from localrun.api_types import ListedModel, PullProgress, ShowResponse
+from localrun.api_types import ListedModel, PullProgress, RunningModel, ShowResponse
 from localrun.client import Client
+from tests.cli import run_cli
 from tests.fileserver import FileServer
 from tests.tiny_gguf import write_tiny_gguf
 
@@ -80,3 +81,27 @@ def test_every_line_of_a_streamed_pull_round_trips_and_the_client_reads_the_same
         assert again[-1] == PullProgress.from_dict(lines[-1])
     finally:
         client.delete("api-types-tiny")
+
+
+def test_a_loaded_model_round_trips_through_ps_with_every_member_and_the_cli_prints_the_same(daemon, client):
+    httpx.post(f"{daemon.url}/api/generate", json={"model": MODEL}, timeout=120).raise_for_status()  # load only
+    answer = httpx.get(f"{daemon.url}/api/ps", timeout=30).json()["models"]
+    assert answer and [RunningModel.from_dict(m).to_dict() for m in answer] == answer
+    running = client.ps()
+    assert running == [RunningModel.from_dict(m) for m in answer]
+    smollm2 = next(m for m in running if m.name == "smollm2:135m")
+    assert (smollm2.model, smollm2.kv_cache_type, smollm2.details.family) == ("smollm2:135m", "f16", "llama")
+    assert smollm2.context_length > 0 and smollm2.parallel > 0 and smollm2.size > 50_000_000
+    assert isinstance(smollm2.threads, int) and smollm2.cpu and smollm2.expires_at
+    printed = json.loads(run_cli("ps", "--json", env=daemon.env()).stdout)
+    assert [m["name"] for m in printed] == [m.name for m in running]
+    assert set(printed[0]) == {"name", "digest", "size", "size_vram", "context_length", "expires_at", "kv_cache_type"}
+
+
+def test_another_ollamas_ps_answer_reads_with_localruns_members_empty():
+    running = RunningModel.from_dict({"model": "llama3.2:latest", "size": 3_000_000, "size_vram": 3_000_000,
+                                      "expires_at": "2026-12-01T20:30:00Z", "context_length": 4096,
+                                      "details": {"family": "llama"}, "threads": "many"})
+    assert (running.name, running.size_vram, running.context_length, running.details.family) == (
+        "llama3.2:latest", 3_000_000, 4096, "llama")
+    assert (running.kv_cache_type, running.threads, running.speculative_exact, running.cpu) == ("", None, None, [])

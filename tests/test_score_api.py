@@ -10,6 +10,9 @@ import sys
 import httpx
 import pytest
 
+from localrun.api_types import ScoreResponse
+from localrun.client import Client
+
 PROMPT = "Question: What is the capital of France?\nAnswer:"
 OPTIONS = [" Paris", " London", " Berlin", " Paris, the city of light"]
 
@@ -30,6 +33,18 @@ def test_scores_are_exact_sums_and_probabilities_over_the_options(daemon):
     assert max(choices, key=lambda c: c["prob"])["option"] == " Paris"
     assert data["usage"]["prompt_tokens"] > 5 and data["usage"]["option_tokens"] == sum(c["tokens"] for c in choices)
 
+
+
+def test_the_answer_round_trips_through_the_shared_type_and_the_client_reads_the_same(daemon):
+    for normalize in ("sum", "mean"):
+        answer = score(daemon, prompt=PROMPT, options=OPTIONS, normalize=normalize).json()
+        assert ScoreResponse.from_dict(answer).to_dict() == answer
+        with Client(daemon.url) as client:
+            scored = client.score("smollm2", PROMPT, OPTIONS, normalize=normalize)
+        assert [c.option for c in scored.choices] == OPTIONS and scored.option_tokens == answer["usage"]["option_tokens"]
+        for mine, theirs in zip(scored.choices, ScoreResponse.from_dict(answer).choices):
+            assert (mine.tokens, mine.logprob) == (theirs.tokens, pytest.approx(theirs.logprob, abs=1e-5))
+        assert scored.prompt_tokens > 5 and scored.score_ms > 0
 
 def test_order_of_the_options_does_not_change_their_numbers(daemon):
     forward = {c["option"]: c["logprob"] for c in score(daemon, prompt=PROMPT, options=OPTIONS).json()["choices"]}

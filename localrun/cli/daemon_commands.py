@@ -6,7 +6,6 @@
 from __future__ import annotations
 
 import sys
-from dataclasses import asdict
 from typing import TYPE_CHECKING, Optional
 
 import typer
@@ -200,11 +199,14 @@ def ps(
         with Client.from_host(address.base_url) as client:
             models = client.ps()
     if as_json:
-        print_json([asdict(m) for m in models])
+        print_json([{key: getattr(m, key) for key in _PS_JSON} for m in models])
         return
     rows = [[m.name, _short_id(m.digest), human_size(m.size), processor(m.size, m.size_vram),
              _context(m), until(m.expires_at)] for m in models]
     print(table(["NAME", "ID", "SIZE", "PROCESSOR", "CONTEXT", "UNTIL"], rows))
+
+
+_PS_JSON = ("name", "digest", "size", "size_vram", "context_length", "expires_at", "kv_cache_type")  # `ps --json`
 
 
 def _context(m) -> str:

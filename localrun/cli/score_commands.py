@@ -29,13 +29,13 @@ def score(
     with client:
         result = client.score(model, prompt, option, normalize="mean" if mean else "sum")
     if as_json:
-        typer.echo(json.dumps(result))
+        typer.echo(json.dumps(result.to_dict()))
         return
-    width = max(len(c["option"]) for c in result["choices"])
+    width = max(len(c.option) for c in result.choices)
     bars = sys.stdout.isatty()
-    for c in result["choices"]:
-        bar = "█" * round(c["prob"] * BAR_WIDTH) if bars else ""
-        typer.echo(f"{c['option']:<{width}}  {c['prob']:6.1%}  logprob {c['logprob']:9.4f}  {bar}".rstrip())
+    for c in result.choices:
+        bar = "█" * round(c.prob * BAR_WIDTH) if bars else ""
+        typer.echo(f"{c.option:<{width}}  {c.prob:6.1%}  logprob {c.logprob:9.4f}  {bar}".rstrip())
 
 
 def _check_options(options: list[str]) -> None:

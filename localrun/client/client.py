@@ -14,10 +14,10 @@ from typing import Any
 
 import httpx
 
-from localrun.api_types import ListedModel, ShowResponse
+from localrun.api_types import ListedModel, RunningModel, ScoreResponse, ShowResponse
 from localrun.client.address import parse_address
 from localrun.ops import PerplexityResult
-from localrun.client.types import Completion, GenerateOptions, PullStatus, RunningModel, Timings, Usage
+from localrun.client.types import Completion, GenerateOptions, PullStatus, Timings, Usage
 from localrun.errors import (AuthError, DaemonUnavailable, InvalidRequest, LocalrunError, ModelNotFound,
                              Overloaded)
 
@@ -68,7 +68,7 @@ class Client:
         return str(self._json("GET", "/api/version").get("version", ""))
 
     def ps(self) -> list[RunningModel]:
-        return [RunningModel.from_json(m) for m in self._json("GET", "/api/ps").get("models", [])]
+        return [RunningModel.from_dict(m) for m in self._json("GET", "/api/ps").get("models", [])]
 
     def models(self) -> list[str]:
         return [m["id"] for m in self._json("GET", "/v1/models").get("data", [])]
@@ -157,10 +157,10 @@ class Client:
         except TypeError:
             raise LocalrunError(f"{self.base_url}/api/perplexity answered without a perplexity") from None
 
-    def score(self, model: str, prompt: str, options: list[str], normalize: str = "sum") -> dict[str, Any]:
+    def score(self, model: str, prompt: str, options: list[str], normalize: str = "sum") -> ScoreResponse:
         """`/v1/score` (localrun only): each option's exact log-probability after the prompt."""
         body = {"model": model, "prompt": prompt, "options": options, "normalize": normalize}
-        return self._json("POST", "/v1/score", json=body, timeout=_GENERATE)
+        return ScoreResponse.from_dict(self._json("POST", "/v1/score", json=body, timeout=_GENERATE))
 
     # -- generation -----------------------------------------------------------------------------
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
-from localrun.api_types import PullProgress
+from localrun.api_types import PullProgress, RunningModel
 from localrun.errors import UsageError
 from localrun.sampling import MAX_DRAFT
 
@@ -161,26 +161,6 @@ class Completion:
     raw: dict[str, Any] = field(default_factory=dict)
     request_id: str = ""  # the daemon's X-Request-Id: its access log line in `localrun logs`
     thinking: str = ""  # a thinking model's reasoning, apart from the answer (`reasoning_content`)
-
-
-@dataclass(slots=True)
-class RunningModel:
-    """One row of `/api/ps`."""
-
-    name: str
-    digest: str
-    size: int
-    size_vram: int
-    context_length: int
-    expires_at: str
-    kv_cache_type: str = ""  # localrun only (f16, q8_0, q4_0); "" from Ollama
-
-    @classmethod
-    def from_json(cls, data: dict[str, Any]) -> RunningModel:
-        return cls(data.get("name") or data.get("model") or "", data.get("digest") or "",
-                   int(data.get("size") or 0), int(data.get("size_vram") or 0),
-                   int(data.get("context_length") or 0), data.get("expires_at") or "",
-                   data.get("kv_cache_type") or "")
 
 
 PullStatus = PullProgress  # one line of /api/pull, the type the server's store reports pulls in (api_types)

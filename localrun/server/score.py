@@ -23,6 +23,7 @@ from typing import Any, Literal
 from fastapi import APIRouter, Request
 from pydantic import Field, model_validator
 
+from localrun.api_types import ScoredOption, ScoreResponse
 from localrun.errors import InvalidRequest
 from localrun.server import operations
 from localrun.server.jsonbody import JSONBodyRoute
@@ -54,15 +55,10 @@ async def score(body: ScoreRequest, request: Request) -> dict[str, Any]:
     messages = normalize_messages(body.messages) if body.messages is not None else None
     answer = await operations.score(request.app.state.manager, body.model, body.options, body.prompt, messages)
     scores = [lp / n if body.normalize == "mean" else lp for lp, n in zip(answer.logprobs, answer.tokens)]
-    return {
-        "object": "score", "model": body.model,
-        "choices": [{"index": i, "option": option, "logprob": lp, "tokens": n, "score": s, "prob": p}
-                    for i, (option, lp, n, s, p) in enumerate(zip(body.options, answer.logprobs, answer.tokens,
-                                                                   scores, softmax(scores)))],
-        "usage": {"prompt_tokens": answer.prompt_tokens, "cached_tokens": answer.cached_tokens,
-                  "option_tokens": sum(answer.tokens)},
-        "timings": {"score_ms": answer.ms},
-    }
+    choices = [ScoredOption(i, option, lp, n, s, p) for i, (option, lp, n, s, p) in
+               enumerate(zip(body.options, answer.logprobs, answer.tokens, scores, softmax(scores)))]
+    return ScoreResponse(body.model, choices, answer.prompt_tokens, answer.cached_tokens, sum(answer.tokens),
+                         answer.ms).to_dict()
 
 
 def _check_options(options: list[str]) -> None:

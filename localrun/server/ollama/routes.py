@@ -14,6 +14,7 @@ from fastapi import APIRouter, Request
 from fastapi.responses import PlainTextResponse, Response
 
 from localrun import __version__
+from localrun.api_types import RunningModel
 from localrun.durations import parse_duration
 from localrun.errors import DiskFull, DownloadError, InvalidRequest, LocalrunError, SourceRefused
 from localrun.native import Delta, Done, GenerateRequest as NativeRequest
@@ -171,24 +172,19 @@ async def copy(body: CopyRequest, request: Request) -> Response:
 async def ps(request: Request) -> dict[str, Any]:
     loaded = request.app.state.manager.running()
     health = await asyncio.gather(*(m.runner.health() for m in loaded))
-    return {"models": [_running(m, h) for m, h in zip(loaded, health)]}
+    return {"models": [_running(m, h).to_dict() for m, h in zip(loaded, health)]}
 
 
-def _running(loaded: Loaded, health: Health | None) -> dict[str, Any]:
+def _running(loaded: Loaded, health: Health | None) -> RunningModel:
     """One loaded model; `health` is its runner's live state (threads change while it decodes)."""
-    model = loaded.model
-    return {
-        "name": model.name, "model": model.name, "size": loaded.size, "digest": t.digest_hex(model.digest),
-        "details": t.details(model).to_dict(), "expires_at": _expires_at(loaded).isoformat(),
-        "size_vram": loaded.size if loaded.runner.info.get("gpu_layers") else 0,
-        "context_length": loaded.options.ctx_size,
-        "parallel": loaded.options.parallel, "kv_cache_type": loaded.options.kv_cache_type,
-        "threads": health.threads if health else loaded.runner.info.get("threads"), "active_requests": loaded.pending,
-        "speculative": loaded.runner.info.get("speculative", 0),
-        "speculative_exact": loaded.runner.info.get("speculative_exact"),
-        "safe_mode": loaded.options.safe_mode, "extra_buffer_types": loaded.runner.info.get("extra_buffer_types", []),
-        "cpu": loaded.runner.info.get("cpu", []),
-    }
+    model, info, options = loaded.model, loaded.runner.info, loaded.options
+    return RunningModel(
+        model.name, model.name, loaded.size, t.digest_hex(model.digest), t.details(model),
+        _expires_at(loaded).isoformat(), loaded.size if info.get("gpu_layers") else 0, options.ctx_size,
+        options.parallel, options.kv_cache_type, health.threads if health else info.get("threads"),
+        loaded.pending, info.get("speculative", 0), info.get("speculative_exact"), options.safe_mode,
+        info.get("extra_buffer_types", []), info.get("cpu", []),
+    )
 
 
 def _expires_at(loaded: Loaded) -> datetime:
