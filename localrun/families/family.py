@@ -161,7 +161,7 @@ def _thinking(template: str, switch: str = "enable_thinking") -> dict[str, Any]:
     return {"think": THINK_TAGS, "think_switch": switch if switch in template else None}
 
 
-def family_for(template: str | None, architecture: str | None = None) -> Family:
+def family_for(template: str | None) -> Family:
     """The family whose format this chat template writes (GENERIC when none matches)."""
     text = template or ""
     for markers, make in RULES:

@@ -65,7 +65,7 @@ class RunnerHost:
         self.inbox: queue.SimpleQueue[dict[str, Any]] = queue.SimpleQueue()
         self.choices: dict[str, _Choice] = {}  # engine request id -> choice
         self.unslotted: set[str] = set()  # choices that have not got their sequence slot yet
-        self.family: Family = family_for(engine.model.chat_template(), engine.model.meta("general.architecture"))
+        self.family: Family = family_for(engine.model.chat_template())
         self.jobs: dict[str, tuple[threading.Thread, threading.Event]] = {}  # request id -> background job
         self.stopping = False
 
@@ -189,7 +189,7 @@ class RunnerHost:
     def _perplexity(self, rid: str, op: Perplexity, stop: threading.Event) -> None:
         engine = self.engine
         try:
-            result = perplexity(engine.model, op.text, ctx=op.ctx, batch=op.batch, threads=engine.info["threads"],
+            result = perplexity(engine.model, op.text, ctx=op.ctx, batch=op.batch, threads=engine.threads,
                                 kv_type=engine.settings.kv_cache_type, flash_attn=engine.flash_attn, stop=stop)
             self._result(rid, result)
         except LocalrunError as e:

@@ -263,6 +263,6 @@ def capabilities(info: Any, template: str | None = None) -> list[str]:
     decides the family before the GGUF's."""
     if f"{info.architecture}.pooling_type" in info.metadata:
         return ["embedding"]
-    family = family_for(template or info.chat_template, info.architecture)
+    family = family_for(template or info.chat_template)
     return ["completion", "tools", "embedding", *(["thinking"] if family.thinks else []),
             *(["thinking_always"] if not family.can_stop_thinking else [])]
