@@ -120,14 +120,14 @@ def test_command_rs_action_format_reads_back():
 def test_xml_formats_take_strings_bare_enums_as_words_and_the_rest_as_json(name):
     family = family_for(template(name))
     grammar = tool_call_grammar([WEATHER, ADD], "required", family.call_format)
-    assert "xml-text" in grammar and '("celsius" | "fahrenheit")' in grammar and "tool1-0-root" in grammar
+    assert "xml-text" in grammar and '("celsius" | "fahrenheit")' in grammar and "tool0-1-0-root" in grammar
     optional = {**CITY_WEATHER, "parameters": {**CITY_WEATHER["parameters"], "required": []}}
     assert ")?" in tool_call_grammar([optional], "required", family.call_format)  # an optional argument may be left out
 
 
 def test_the_generic_family_still_forces_the_hermes_call():
     assert family_for(template("google-gemma-2-2b-it")).call_format == HERMES
-    assert tool_call_grammar([ADD], "required").startswith('root ::= "<tool_call>\\n{\\"name\\": \\"" (call0)')
+    assert tool_call_grammar([ADD], "required").startswith('root ::= "<tool_call>\\n{\\"name\\": \\"" (call0-0)')
 
 
 # --- the real model over HTTP ---------------------------------------------------------------------------

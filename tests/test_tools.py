@@ -14,7 +14,9 @@ from hypothesis import strategies as st
 
 from localrun.errors import InvalidRequest
 from localrun.families import CallHoldback, parse_tool_calls
-from localrun.tools import prepare_messages, tool_call_grammar
+from localrun.families.call_format import HARMONY, HERMES, LLAMA3, QWEN3_CODER
+from localrun.families.json_calls import HERMES_OPEN
+from localrun.tools import lazy_call_grammar, prepare_messages, tool_call_grammar
 from localrun.tools.prompt import format_call
 from tests.tool_fixtures import ADD, BOOK, CITY_WEATHER, WEATHER, as_ollama, openai_tool, two_shot
 
@@ -133,16 +135,31 @@ def test_grammar_only_for_required_and_named_choices():
     assert tool_call_grammar([ADD], "auto") is None
     assert tool_call_grammar([ADD], None) is None
     assert tool_call_grammar(None, "required") is None
-    assert tool_call_grammar([ADD, WEATHER], {"name": "add"}).startswith('root ::= "<tool_call>\\n{\\"name\\": \\"" (call0)')
+    assert tool_call_grammar([ADD, WEATHER], {"name": "add"}).startswith('root ::= "<tool_call>\\n{\\"name\\": \\"" (call0-0)')
     with pytest.raises(InvalidRequest, match="not among the tools"):
         tool_call_grammar([ADD], {"name": "nope"})
+
+
+def test_auto_choice_gets_a_lazy_grammar_woken_by_each_forms_call_marker():
+    generic = lazy_call_grammar([ADD], "auto", (HERMES, HERMES), (HERMES_OPEN,))
+    assert generic is not None and generic[1] == ["<tool_call>"]
+    assert generic[0].startswith('root ::= "<tool_call>\\n{\\"name\\": \\"" (call0-0)')
+    grammar, triggers = lazy_call_grammar([ADD], None, (QWEN3_CODER, HERMES), ("<tool_call>", "<function="))
+    assert triggers == ["<tool_call>"] and grammar.startswith('root ::= ("<tool_call>\\n<function=" (call0-0)')
+    assert '| ("<tool_call>\\n{\\"name\\": \\"" (call1-0)' in grammar
+    assert lazy_call_grammar([ADD], "auto", (LLAMA3, HERMES), (HERMES_OPEN,))[1] == ["<tool_call>"]  # bare JSON: free
+    assert lazy_call_grammar([ADD], "auto", (HARMONY,), ())[1] == [HARMONY.before]
+    for tools, choice in (([ADD], "required"), ([ADD], {"name": "add"}), ([ADD], "none"), (None, "auto")):
+        assert lazy_call_grammar(tools, choice, (HERMES,), (HERMES_OPEN,)) is None
+    unsupported = {**ADD, "parameters": {"$ref": "https://example.com/schema.json"}}
+    assert lazy_call_grammar([unsupported], "auto", (HERMES,), (HERMES_OPEN,)) is None  # the answer stays free
 
 
 def test_each_tools_definitions_stay_its_own_in_the_grammar():
     other = {**BOOK, "name": "other", "parameters": {**BOOK["parameters"], "$defs": {"Person": {"type": "string"}}}}
     grammar = tool_call_grammar([BOOK, other], "required")
-    assert 'call0 ::= "book_trip\\", \\"arguments\\": " tool0-args' in grammar
-    assert "tool0-travellers-item ::= tool0-Person" in grammar and "tool1-travellers-item ::= tool1-string" in grammar
+    assert 'call0-0 ::= "book_trip\\", \\"arguments\\": " tool0-0-args' in grammar
+    assert "tool0-0-travellers-item ::= tool0-0-Person" in grammar and "tool0-1-travellers-item ::= tool0-1-string" in grammar
 
 
 # --- the real model through the official clients ---------------------------------------------------------
@@ -206,6 +223,23 @@ def test_auto_choice_calls_after_examples_and_streams_no_raw_call(client):
     named = [d for c in chunks if c.choices for d in c.choices[0].delta.tool_calls or [] if d.function.name]
     assert [(d.index, d.function.name) for d in named] == [(0, "get_weather")]
     assert chunks[-1].choices[0].finish_reason == "tool_calls"
+
+
+def test_a_call_the_model_starts_under_auto_is_held_to_the_schema(client):
+    """The history calls get_weather with any city; here the tool takes only three. Left free, the model
+    copies its examples and calls it for Rome, a call the schema refuses; the lazy grammar, awake from
+    the call's `<tool_call>`, makes it write a city the tool takes (the raw output, read from the
+    logprobs, is that call and nothing more)."""
+    cities = ["Paris", "London", "Berlin"]
+    tool = {**CITY_WEATHER, "parameters": {"type": "object", "properties": {"city": {"enum": cities}},
+                                           "required": ["city"]}}
+    answer = client.chat.completions.create(model=MODEL, messages=two_shot("Weather in Rome?"), tools=[openai_tool(tool)],
+                                            temperature=0, max_tokens=60, logprobs=True).choices[0]
+    [call] = answer.message.tool_calls
+    arguments = json.loads(call.function.arguments)
+    assert answer.finish_reason == "tool_calls" and arguments["city"] in cities
+    raw = "".join(token.token for token in answer.logprobs.content)
+    assert raw == '<tool_call>\n{"name": "get_weather", "arguments": ' + json.dumps(arguments) + "}\n</tool_call>"
 
 
 def test_tool_choice_none_answers_in_text(client):

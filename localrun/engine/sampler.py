@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import ctypes
 import random
+import re
 
 import llama_cpp as L
 import numpy as np
@@ -45,7 +46,7 @@ class Sampler:
             self._add(L.llama_sampler_init_penalties(
                 n_vocab, p.repeat_last_n, p.repeat_penalty, p.frequency_penalty, p.presence_penalty))
         if p.grammar:
-            self.grammar = L.llama_sampler_init_grammar(vocab, p.grammar.encode(), b"root")
+            self.grammar = _grammar(vocab, p.grammar, p.grammar_triggers)
             if not self.grammar:
                 raise InvalidRequest("invalid GBNF grammar (llama.cpp could not parse it)")
             self._candidates = Candidates(n_vocab)
@@ -132,6 +133,16 @@ class Candidates:
         return self.one[0].logit != float("-inf")
 
 
+def _grammar(vocab, grammar: str, triggers: list[str]):
+    """llama.cpp's grammar sampler; with `triggers`, a lazy one that lets the text through until one
+    of them is written, and from there holds it to the grammar (whose root starts with that text)."""
+    if not triggers:
+        return L.llama_sampler_init_grammar(vocab, grammar.encode(), b"root")
+    patterns = (ctypes.c_char_p * len(triggers))(*(_REGEX_SPECIAL.sub(r"\\\g<0>", t).encode() for t in triggers))
+    return L.llama_sampler_init_grammar_lazy_patterns(vocab, grammar.encode(), b"root", patterns, len(triggers), None, 0)
+
+
+_REGEX_SPECIAL = re.compile(r"[.^$|()*+?\[\]{}\\]")  # llama.cpp's regex_escape: a trigger is literal text
 _TOKEN_DATA = np.dtype([("id", np.int32), ("logit", np.float32), ("p", np.float32)])
 
 

@@ -127,7 +127,9 @@ class RunnerHost:
         family = self._family(request)
         text, prompt = build_chat(self.engine, request, family)
         sampling = request.sampling
-        sampling.grammar = build_grammar(request, family) or sampling.grammar
+        grammar = build_grammar(request, family)
+        if grammar is not None:
+            sampling.grammar, sampling.grammar_triggers = grammar
         tools = active_tools(request.tools, request.tool_choice)
         names = {tool["name"] for tool in tools} if tools else None
         keys = [f"{rid}#{index}" for index in range(max(1, request.n))]

@@ -4,7 +4,7 @@ Chat requests go through the model's chat template; completion prompts are used 
 Templates usually write the BOS token themselves, so it is only added when the text lacks it.
 Tools reach the template when it knows them, else as localrun's generic tool prompt (see
 localrun.tools.prompt); a required or named tool_choice becomes a grammar that forces one call, written in the
-family's own format.
+family's own format, and under "auto" a call the model starts is held to the same grammar (a lazy one).
 A conversation that ends with an assistant message is a prefill: the model continues that message
 (Anthropic's prefill, Ollama's and llama-server's continuation) instead of starting a new turn.
 The model's family (localrun.families) steers thinking through the template's own variables and puts
@@ -17,7 +17,9 @@ from localrun.engine import Engine, schema_to_grammar
 from localrun.errors import InvalidRequest
 from localrun.families import GENERIC, Family
 from localrun.native import GenerateRequest
-from localrun.tools import active_tools, prepare_messages, tool_call_grammar
+from localrun.families.call_format import HERMES
+from localrun.families.json_calls import HERMES_OPEN
+from localrun.tools import active_tools, lazy_call_grammar, prepare_messages, tool_call_grammar
 from localrun.tools.bounds import MAX_GRAMMAR_CHARS
 from localrun.tools.schema import check_supported, normalized
 
@@ -75,15 +77,25 @@ def _continuing(rendered: str, prefill: str) -> str:
     raise InvalidRequest("the chat template does not write the final assistant message, so it cannot be continued")
 
 
-def build_grammar(request: GenerateRequest, family: Family = GENERIC) -> str | None:
-    """A GBNF grammar that forces the requested output shape (a forced call in the family's own
-    format), or None for free text; one larger than MAX_GRAMMAR_CHARS is refused before llama.cpp
-    parses it (tools/bounds.py says why)."""
+def build_grammar(request: GenerateRequest, family: Family = GENERIC) -> tuple[str, list[str]] | None:
+    """(the GBNF grammar that shapes the output, the texts that wake it), or None for free text.
+
+    A forced call (in the family's own format) or structured output holds the whole answer: no
+    triggers, and one larger than MAX_GRAMMAR_CHARS is refused before llama.cpp parses it
+    (tools/bounds.py says why). Offered tools under tool_choice auto get a lazy grammar that wakes
+    when the model starts a call, unless the request brings a grammar of its own; one too large is
+    left out, since the answer works without it."""
     grammar = _grammar(request, family)
-    if grammar is not None and len(grammar) > MAX_GRAMMAR_CHARS:
-        raise InvalidRequest(f"JSON schema too costly to enforce: its grammar is {len(grammar)} characters; "
-                             f"at most {MAX_GRAMMAR_CHARS} are accepted")
-    return grammar
+    if grammar is not None:
+        if len(grammar) > MAX_GRAMMAR_CHARS:
+            raise InvalidRequest(f"JSON schema too costly to enforce: its grammar is {len(grammar)} characters; "
+                                 f"at most {MAX_GRAMMAR_CHARS} are accepted")
+        return grammar, []
+    if request.sampling.grammar is not None or request.messages is None:
+        return None
+    lazy = lazy_call_grammar(active_tools(request.tools, request.tool_choice), request.tool_choice,
+                             (family.call_format, HERMES), (*family.call_markers, HERMES_OPEN))
+    return lazy if lazy is not None and len(lazy[0]) <= MAX_GRAMMAR_CHARS else None
 
 
 def _grammar(request: GenerateRequest, family: Family) -> str | None:

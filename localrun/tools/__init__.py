@@ -1,14 +1,15 @@
 """Tool calling, independent of any API dialect: how tools reach a model, and the grammar that forces a call.
 
     prompt.py    tools into the prompt: the chat template's own support, or a generic tool prompt
-    grammar.py   GBNF that forces a valid call for tool_choice "required" / a named tool
+    grammar.py   GBNF that holds a call to its schema: forced for tool_choice "required" / a named tool,
+                 lazy (from the call's first marker) for "auto"
     schema.py    which JSON-schema keywords a grammar can enforce (structured output refuses the rest)
     bounds.py    what a schema may cost as a grammar (checked at the server's edge)
 
 Calls coming back out of generated text are the model family's business (localrun.families).
 Used by the runner (which owns the template and the generated text) and by the server, which checks
 schemas before a runner sees them; imports no server, and the engine's JSON-schema converter only
-when `tool_call_grammar` is first used, so the daemon does not load llama.cpp to check a request.
+when a grammar is first made, so the daemon does not load llama.cpp to check a request.
 """
 
 from typing import Any
@@ -17,11 +18,11 @@ from localrun.tools.prompt import active_tools, prepare_messages
 
 
 def __getattr__(name: str) -> Any:
-    if name == "tool_call_grammar":
-        from localrun.tools.grammar import tool_call_grammar
+    if name in ("lazy_call_grammar", "tool_call_grammar"):
+        from localrun.tools import grammar
 
-        return tool_call_grammar
+        return getattr(grammar, name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
-__all__ = ["active_tools", "prepare_messages", "tool_call_grammar"]
+__all__ = ["active_tools", "lazy_call_grammar", "prepare_messages", "tool_call_grammar"]

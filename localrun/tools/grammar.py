@@ -1,4 +1,5 @@
-"""tool_choice "required" / a named tool, enforced: a GBNF grammar that only admits valid calls.
+"""Tool calls held to their schemas by a GBNF grammar: from the first token for tool_choice "required"
+or a named tool, from the moment the model starts a call for "auto" (a lazy grammar).
 
 The call is written in the model family's own format (`families.call_format`: Hermes' `<tool_call>`,
 Qwen3-Coder's XML, gpt-oss's harmony header, DeepSeek's and Kimi's tool tokens, Mistral's
@@ -44,21 +45,50 @@ def forced_tools(tools: list[dict[str, Any]] | None, choice: Any) -> list[dict[s
 def tool_call_grammar(tools: list[dict[str, Any]] | None, choice: Any, form: CallFormat = HERMES) -> str | None:
     """GBNF for one forced call written in `form`, or None when tool_choice leaves the answer free."""
     forced = forced_tools(tools, choice)
-    if forced is None:
+    return None if forced is None else _one_call((form,), forced)
+
+
+def lazy_call_grammar(tools: list[dict[str, Any]] | None, choice: Any, forms: tuple[CallFormat, ...],
+                      markers: tuple[str, ...]) -> tuple[str, list[str]] | None:
+    """For tool_choice auto: (GBNF for one valid call in any of `forms`, the texts that start one), which
+    llama.cpp keeps asleep until the model writes a trigger, as llama-server does. The model answers
+    freely; once it starts a call, the call is held to the tools' schemas, so a small model's call
+    closes instead of repeating a key until max_tokens. A form is triggered by the call marker it
+    starts with, else by its whole opening; a bare JSON object (Llama 3's) is left free, since its
+    opening `{"name": "` would wake the grammar in any JSON answer. None when no form is left or the
+    tools cannot be a grammar: the answer stays free."""
+    if not tools or choice not in (None, "auto"):
         return None
-    calls = " | ".join(f"call{i}" for i in range(len(forced)))
-    rules = [f"root ::= {_sequence(_literal(form.before), f'({calls})', _literal(form.after))}"]
-    for i, tool in enumerate(forced):
-        prefix = f"tool{i}-"
-        rules.append(f"call{i} ::= {_sequence(_literal(form.name_text(tool['name']) + form.middle), prefix + 'args')}")
-        rules += _arguments(tool.get("parameters") or {"type": "object"}, prefix, form)
-    if form.argument is not None:
-        rules.append(f"xml-text ::= {_until(form.argument[2])}")
-    return "\n".join(rules) + "\n"
+    forms = tuple(dict.fromkeys(form for form in forms if form.before and not form.before.startswith("{")))
+    if not forms:
+        return None
+    triggers = [next((m for m in markers if form.before.startswith(m)), form.before) for form in forms]
+    try:
+        grammar = _one_call(forms, tools)
+    except InvalidRequest:
+        return None
+    return grammar, list(dict.fromkeys(triggers))
 
 
-def _arguments(parameters: dict[str, Any], prefix: str, form: CallFormat) -> list[str]:
-    """The rules of one tool's arguments, all named `prefix`..., the first one `prefix`args."""
+def _one_call(forms: tuple[CallFormat, ...], tools: list[dict[str, Any]]) -> str:
+    """GBNF whose root is one call of one of `tools`, written in one of `forms`; nothing after it."""
+    roots, rules = [], []
+    for f, form in enumerate(forms):
+        calls = " | ".join(f"call{f}-{i}" for i in range(len(tools)))
+        roots.append(_sequence(_literal(form.before), f"({calls})", _literal(form.after)))
+        for i, tool in enumerate(tools):
+            prefix = f"tool{f}-{i}-"
+            rules.append(f"call{f}-{i} ::= {_sequence(_literal(form.name_text(tool['name']) + form.middle), prefix + 'args')}")
+            rules += _arguments(tool.get("parameters") or {"type": "object"}, prefix, form, f"xml-text{f}")
+        if form.argument is not None:
+            rules.append(f"xml-text{f} ::= {_until(form.argument[2])}")
+    root = roots[0] if len(roots) == 1 else " | ".join(f"({r})" for r in roots)
+    return "\n".join([f"root ::= {root}", *rules]) + "\n"
+
+
+def _arguments(parameters: dict[str, Any], prefix: str, form: CallFormat, text_rule: str) -> list[str]:
+    """The rules of one tool's arguments, all named `prefix`..., the first one `prefix`args; a bare XML
+    value is `text_rule`."""
     if form.argument is None:
         return [f"{prefix}args ::= {prefix}root", _prefixed(schema_to_grammar(parameters), prefix)]
     open_key, between, close = form.argument
@@ -68,17 +98,17 @@ def _arguments(parameters: dict[str, Any], prefix: str, form: CallFormat) -> lis
     defs = {key: parameters[key] for key in ("$defs", "definitions") if key in parameters}
     rules, parts = [], []
     for j, key in enumerate(order):
-        value, value_rules = _xml_value(properties[key], defs, f"{prefix}{j}-")
+        value, value_rules = _xml_value(properties[key], defs, f"{prefix}{j}-", text_rule)
         rules += value_rules
         part = _sequence(_literal(f"{open_key}{key}{between}"), value, _literal(close))
         parts.append(part if key in required else f"({part})?")
     return [f"{prefix}args ::= {_sequence(*parts) or chr(34) * 2}", *rules]
 
 
-def _xml_value(schema: Any, defs: dict[str, Any], prefix: str) -> tuple[str, list[str]]:
+def _xml_value(schema: Any, defs: dict[str, Any], prefix: str, text_rule: str) -> tuple[str, list[str]]:
     """(the expression of one XML argument's value, the rules it needs): strings bare, the rest JSON."""
     if isinstance(schema, dict) and schema.get("type") == "string" and not schema.keys() & _BARE_STRING_KEYS:
-        return "xml-text", []
+        return text_rule, []
     if isinstance(schema, dict) and schema.get("enum") and all(isinstance(v, str) for v in schema["enum"]):
         return "(" + " | ".join(_literal(v) for v in schema["enum"]) + ")", []
     if isinstance(schema, dict) and isinstance(schema.get("const"), str):
@@ -114,4 +144,4 @@ def _literal(text: str) -> str:
     return '"' + text.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n") + '"'
 
 
-__all__ = ["forced_tools", "tool_call_grammar"]
+__all__ = ["forced_tools", "lazy_call_grammar", "tool_call_grammar"]
