@@ -123,7 +123,7 @@ def test_perplexity_runs_beside_generation(smollm2_path):
     async def main() -> None:
         runner = await RunnerProcess.start(smollm2_path, EngineSettings(parallel=1, ctx_size=512))
         try:
-            job = asyncio.create_task(runner.call("perplexity", text=TEXT * 12, ctx=32, batch=32))  # ~100 decodes
+            job = asyncio.create_task(runner.call("perplexity", text=TEXT * 4, ctx=32, batch=32))  # ~70 decodes
             await asyncio.sleep(0.5)
             text, done = await asyncio.wait_for(generate(runner, "Hi", 4), 60)
             assert done["timings"]["generated_tokens"] == 4 and not job.done()
