@@ -45,18 +45,18 @@ def forced_tools(tools: list[dict[str, Any]] | None, choice: Any) -> list[dict[s
 def tool_call_grammar(tools: list[dict[str, Any]] | None, choice: Any, form: CallFormat = HERMES) -> str | None:
     """GBNF for one forced call written in `form`, or None when tool_choice leaves the answer free."""
     forced = forced_tools(tools, choice)
-    return None if forced is None else _one_call((form,), forced)
+    return None if forced is None else _calls((form,), forced)
 
 
 def lazy_call_grammar(tools: list[dict[str, Any]] | None, choice: Any, forms: tuple[CallFormat, ...],
                       markers: tuple[str, ...]) -> tuple[str, list[str]] | None:
-    """For tool_choice auto: (GBNF for one valid call in any of `forms`, the texts that start one), which
+    """For tool_choice auto: (GBNF for valid calls in any of `forms`, the texts that start one), which
     llama.cpp keeps asleep until the model writes a trigger, as llama-server does. The model answers
-    freely; once it starts a call, the call is held to the tools' schemas, so a small model's call
-    closes instead of repeating a key until max_tokens. A form is triggered by the call marker it
-    starts with, else by its whole opening; a bare JSON object (Llama 3's) is left free, since its
-    opening `{"name": "` would wake the grammar in any JSON answer. None when no form is left or the
-    tools cannot be a grammar: the answer stays free."""
+    freely; once it starts a call, its calls are held to the tools' schemas, so a small model's call
+    closes instead of repeating a key until max_tokens; no text may follow the calls. A form is woken
+    by the call marker it starts with, else by its whole opening; a bare JSON object (Llama 3's) is
+    left free, since its opening `{"name": "` would wake the grammar in any JSON answer. None when no
+    form is left or the tools cannot be a grammar: the answer stays free."""
     if not tools or choice not in (None, "auto"):
         return None
     forms = tuple(dict.fromkeys(form for form in forms if form.before and not form.before.startswith("{")))
@@ -64,14 +64,15 @@ def lazy_call_grammar(tools: list[dict[str, Any]] | None, choice: Any, forms: tu
         return None
     triggers = [next((m for m in markers if form.before.startswith(m)), form.before) for form in forms]
     try:
-        grammar = _one_call(forms, tools)
+        grammar = _calls(forms, tools, several=True)
     except InvalidRequest:
         return None
     return grammar, list(dict.fromkeys(triggers))
 
 
-def _one_call(forms: tuple[CallFormat, ...], tools: list[dict[str, Any]]) -> str:
-    """GBNF whose root is one call of one of `tools`, written in one of `forms`; nothing after it."""
+def _calls(forms: tuple[CallFormat, ...], tools: list[dict[str, Any]], several: bool = False) -> str:
+    """GBNF whose root is one call of one of `tools` written in one of `forms` (or, `several`, calls in
+    a row, apart by spaces or newlines); nothing after them."""
     roots, rules = [], []
     for f, form in enumerate(forms):
         calls = " | ".join(f"call{f}-{i}" for i in range(len(tools)))
@@ -82,8 +83,9 @@ def _one_call(forms: tuple[CallFormat, ...], tools: list[dict[str, Any]]) -> str
             rules += _arguments(tool.get("parameters") or {"type": "object"}, prefix, form, f"xml-text{f}")
         if form.argument is not None:
             rules.append(f"xml-text{f} ::= {_until(form.argument[2])}")
-    root = roots[0] if len(roots) == 1 else " | ".join(f"({r})" for r in roots)
-    return "\n".join([f"root ::= {root}", *rules]) + "\n"
+    one = roots[0] if len(roots) == 1 else " | ".join(f"({r})" for r in roots)
+    head = [f"root ::= {one}"] if not several else ["root ::= one ([ \\n]* one)*", f"one ::= {one}"]
+    return "\n".join([*head, *rules]) + "\n"
 
 
 def _arguments(parameters: dict[str, Any], prefix: str, form: CallFormat, text_rule: str) -> list[str]:
