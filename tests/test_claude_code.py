@@ -12,7 +12,8 @@ default temperature rambles to that limit (a minute and more on two cores, then 
 to go on). The test models are made by `localrun create` from Modelfiles, as a user would make them:
 one gives short answers (temperature 0, the end of the first sentence or line as a stop sequence); the
 other is taught by two example turns (MESSAGE) to call Claude Code's Read tool when asked `Read: PATH`,
-since SmolLM2 never calls a tool on its own. The call is the model's own output, parsed by localrun;
+since SmolLM2 never calls a tool on its own, and ends its answer at a blank line (its answer to the
+file once rambled on to the output limit, and Claude Code asked it to go on, past the test's timeout). The call is the model's own output, parsed by localrun;
 Claude Code reads the file and sends it back as a tool_result in the next request.
 """
 
@@ -38,6 +39,7 @@ QUIET = {"CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1", "DISABLE_AUTOUPDATER":
          "NO_PROXY": "127.0.0.1,localhost", "no_proxy": "127.0.0.1,localhost"}
 READER_MODELFILE = '''FROM smollm2
 PARAMETER temperature 0
+PARAMETER stop "\\n\\n"
 MESSAGE user Read: /home/user/notes.md
 MESSAGE assistant """<tool_call>
 {"name": "Read", "arguments": {"file_path": "/home/user/notes.md"}}
