@@ -52,7 +52,7 @@ class SamplingParams:
     seed: int | None = None  # None = random; same seed + same request = same output
     logit_bias: dict[int, float] = field(default_factory=dict)  # token id -> bias; -inf bans
     grammar: str | None = None  # GBNF; JSON schemas are converted before they get here
-    grammar_triggers: list[str] = field(default_factory=list)  # texts that wake a lazy grammar; none = from the start
+    grammar_triggers: list[str] = field(default_factory=list)  # regexes that wake a lazy grammar; none: from the start
     max_tokens: int | None = None  # None = until EOG or the context is full
     stop: list[str] = field(default_factory=list)
     logprobs: int | None = None  # None = off; N = chosen token plus N alternatives (<= 20)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 
 import jsonschema
+import llama_cpp as L
 import ollama
 import openai
 import pytest
@@ -148,11 +149,38 @@ def test_auto_choice_gets_a_lazy_grammar_woken_by_each_forms_call_marker():
     assert triggers == ["<tool_call>"] and 'one ::= ("<tool_call>\\n<function=" (call0-0)' in grammar
     assert '| ("<tool_call>\\n{\\"name\\": \\"" (call1-0)' in grammar
     assert lazy_call_grammar([ADD], "auto", (LLAMA3, HERMES), (HERMES_OPEN,))[1] == ["<tool_call>"]  # bare JSON: free
-    assert lazy_call_grammar([ADD], "auto", (HARMONY,), ())[1] == [HARMONY.before]
+    assert lazy_call_grammar([ADD], "auto", (HARMONY,), ())[1] == [r"<\|channel\|>commentary to=functions\."]
+    assert lazy_call_grammar([ADD], "auto", (HERMES,), (HERMES_OPEN,), ("<think>", "</think>"), True)[1] == \
+        [r"</think>[\s\S]*?(<tool_call>)"]
     for tools, choice in (([ADD], "required"), ([ADD], {"name": "add"}), ([ADD], "none"), (None, "auto")):
         assert lazy_call_grammar(tools, choice, (HERMES,), (HERMES_OPEN,)) is None
     unsupported = {**ADD, "parameters": {"$ref": "https://example.com/schema.json"}}
     assert lazy_call_grammar([unsupported], "auto", (HERMES,), (HERMES_OPEN,)) is None  # the answer stays free
+
+
+@pytest.mark.parametrize("in_thought", [False, True])
+def test_a_call_drafted_inside_a_thought_does_not_wake_the_lazy_grammar(smollm2_path, in_thought):
+    """llama.cpp's own matcher (std::regex) on SmolLM2's tokens: `<tool_call>` inside the thought
+    leaves any token allowed; after the thought closes, it wakes the grammar, which then refuses words."""
+    from localrun.engine.backend import Model
+    from localrun.engine.sampler import Sampler
+    from localrun.sampling import SamplingParams
+
+    model = Model(str(smollm2_path), None)
+    grammar, patterns = lazy_call_grammar([ADD], "auto", (HERMES,), (HERMES_OPEN,), ("<think>", "</think>"), in_thought)
+    sampler = Sampler(model.vocab, model.n_vocab, SamplingParams(grammar=grammar, grammar_triggers=patterns).filled(), seed=1)
+    word = model.tokenize(" banana", add_special=False, parse_special=False)[0]
+
+    def write(text: str) -> None:
+        for token in model.tokenize(text, add_special=False, parse_special=False):
+            assert sampler.allows(token), text
+            L.llama_sampler_accept(sampler.grammar, token)
+
+    write(("" if in_thought else "<think>") + "I could write <tool_call> here.")
+    assert sampler.allows(word)  # still asleep
+    write("</think>\n<tool_call>\n")
+    assert not sampler.allows(word) and sampler.allows(model.tokenize("{", add_special=False, parse_special=False)[0])
+    sampler.free()
 
 
 def test_each_tools_definitions_stay_its_own_in_the_grammar():

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import ctypes
 import random
-import re
 
 import llama_cpp as L
 import numpy as np
@@ -72,6 +71,10 @@ class Sampler:
             return L.llama_sampler_sample(self.ptr, ctx, index)
         return self._sample_with_grammar(ctx, index)
 
+    def allows(self, token: int) -> bool:
+        """Whether the grammar (if any) would accept `token` next."""
+        return self.grammar is None or self._candidates.allows(self.grammar, token)
+
     def take(self, token: int) -> int:
         """A token chosen by the caller: the chain (penalties) sees it as if sampled. A grammar is not
         advanced, since the token may lie outside it; forcing is for free text."""
@@ -87,9 +90,9 @@ class Sampler:
         and a draw that is kept when allowed and redone from the allowed tokens when not has exactly
         the constrained distribution.
         """
-        token, logit = self._candidates.draw(self.ptr, ctx, index)
-        if not self._candidates.allows(self.grammar, token, logit):
-            token, _ = self._candidates.draw(self.ptr, ctx, index, first=self.grammar)
+        token = self._candidates.draw(self.ptr, ctx, index)
+        if not self.allows(token):
+            token = self._candidates.draw(self.ptr, ctx, index, first=self.grammar)
         L.llama_sampler_accept(self.grammar, token)
         L.llama_sampler_accept(self.ptr, token)
         return token
@@ -114,35 +117,33 @@ class Candidates:
         self.one = (L.llama_token_data * 1)()
         self.single = L.llama_token_data_array(self.one, 1, -1, False)
 
-    def draw(self, chain, ctx, index: int, first=None) -> tuple[int, float]:
-        """Apply `first` (if any) and then the chain to fresh candidates; the selected token and its logit."""
+    def draw(self, chain, ctx, index: int, first=None) -> int:
+        """Apply `first` (if any) and then the chain to fresh candidates; the selected token."""
         self.data["id"] = self.ids  # samplers sort in place
         self.data["logit"] = logits_at(ctx, index, self.ids.size)
         self.array.size, self.array.selected, self.array.sorted = self.ids.size, -1, False
         for sampler in (first, chain):
             if sampler is not None:
                 L.llama_sampler_apply(sampler, ctypes.byref(self.array))
-        chosen = self.data[self.array.selected]
-        return int(chosen["id"]), float(chosen["logit"])
+        return int(self.data[self.array.selected]["id"])
 
-    def allows(self, grammar, token: int, logit: float) -> bool:
+    def allows(self, grammar, token: int) -> bool:
         """Whether the grammar accepts `token` next: it sets a refused candidate's logit to -inf."""
-        self.one[0].id, self.one[0].logit, self.one[0].p = token, logit, 0.0
+        self.one[0].id, self.one[0].logit, self.one[0].p = token, 0.0, 0.0
         self.single.size, self.single.selected, self.single.sorted = 1, -1, False
         L.llama_sampler_apply(grammar, ctypes.byref(self.single))
         return self.one[0].logit != float("-inf")
 
 
 def _grammar(vocab, grammar: str, triggers: list[str]):
-    """llama.cpp's grammar sampler; with `triggers`, a lazy one that lets the text through until one
-    of them is written, and from there holds it to the grammar (whose root starts with that text)."""
+    """llama.cpp's grammar sampler; with `triggers` (regex patterns), a lazy one that lets the text
+    through until one matches, and from its first capture group on holds the text to the grammar."""
     if not triggers:
         return L.llama_sampler_init_grammar(vocab, grammar.encode(), b"root")
-    patterns = (ctypes.c_char_p * len(triggers))(*(_REGEX_SPECIAL.sub(r"\\\g<0>", t).encode() for t in triggers))
+    patterns = (ctypes.c_char_p * len(triggers))(*(pattern.encode() for pattern in triggers))
     return L.llama_sampler_init_grammar_lazy_patterns(vocab, grammar.encode(), b"root", patterns, len(triggers), None, 0)
 
 
-_REGEX_SPECIAL = re.compile(r"[.^$|()*+?\[\]{}\\]")  # llama.cpp's regex_escape: a trigger is literal text
 _TOKEN_DATA = np.dtype([("id", np.int32), ("logit", np.float32), ("p", np.float32)])
 
 

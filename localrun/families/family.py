@@ -71,9 +71,12 @@ class Family:
         if self.harmony:
             return HarmonySplitter()
         if self.think:
-            open_marker, close_marker = self.think
-            return ThinkSplitter(open_marker, close_marker, prompt.rfind(open_marker) > prompt.rfind(close_marker))
+            return ThinkSplitter(*self.think, self.opens_thought(prompt))
         return Plain()
+
+    def opens_thought(self, prompt: str) -> bool:
+        """Whether `prompt` leaves a thought open, so that the answer begins inside it."""
+        return self.think is not None and prompt.rfind(self.think[0]) > prompt.rfind(self.think[1])
 
     def with_history(self, message: dict[str, Any]) -> dict[str, Any]:
         """A past assistant message with its `reasoning_content` where this family's template reads it."""

@@ -127,7 +127,7 @@ class RunnerHost:
         family = self._family(request)
         text, prompt = build_chat(self.engine, request, family)
         sampling = request.sampling
-        grammar = build_grammar(request, family)
+        grammar = build_grammar(request, family, text)
         if grammar is not None:
             sampling.grammar, sampling.grammar_triggers = grammar
         tools = active_tools(request.tools, request.tool_choice)

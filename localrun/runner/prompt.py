@@ -77,14 +77,15 @@ def _continuing(rendered: str, prefill: str) -> str:
     raise InvalidRequest("the chat template does not write the final assistant message, so it cannot be continued")
 
 
-def build_grammar(request: GenerateRequest, family: Family = GENERIC) -> tuple[str, list[str]] | None:
-    """(the GBNF grammar that shapes the output, the texts that wake it), or None for free text.
+def build_grammar(request: GenerateRequest, family: Family = GENERIC, prompt: str = "") -> tuple[str, list[str]] | None:
+    """(the GBNF grammar that shapes the output, the patterns that wake it), or None for free text.
 
     A forced call (in the family's own format) or structured output holds the whole answer: no
     triggers, and one larger than MAX_GRAMMAR_CHARS is refused before llama.cpp parses it
     (tools/bounds.py says why). Offered tools under tool_choice auto get a lazy grammar that wakes
-    when the model starts a call, unless the request brings a grammar of its own; one too large is
-    left out, since the answer works without it."""
+    when the model starts a call outside a thought (`prompt`, the rendered text, says whether one is
+    open), unless the request brings a grammar of its own; one too large is left out, since the answer
+    works without it."""
     grammar = _grammar(request, family)
     if grammar is not None:
         if len(grammar) > MAX_GRAMMAR_CHARS:
@@ -94,7 +95,8 @@ def build_grammar(request: GenerateRequest, family: Family = GENERIC) -> tuple[s
     if request.sampling.grammar is not None or request.messages is None:
         return None
     lazy = lazy_call_grammar(active_tools(request.tools, request.tool_choice), request.tool_choice,
-                             (family.call_format, HERMES), (*family.call_markers, HERMES_OPEN))
+                             (family.call_format, HERMES), (*family.call_markers, HERMES_OPEN),
+                             family.think, family.opens_thought(prompt))
     return lazy if lazy is not None and len(lazy[0]) <= MAX_GRAMMAR_CHARS else None
 
 

@@ -23,6 +23,7 @@ from localrun.engine.grammar import schema_to_grammar
 from localrun.errors import InvalidRequest
 from localrun.families.call_format import HERMES, CallFormat
 
+_REGEX_SPECIAL = re.compile(r"[.^$|()*+?\[\]{}\\]")
 _GBNF_TOKEN = re.compile(r'"(?:\\.|[^"\\])*"|\[(?:\\.|[^\]\\])*\]|[A-Za-z][A-Za-z0-9-]*')
 _BARE_STRING_KEYS = {"enum", "const", "pattern", "format", "minLength", "maxLength"}
 
@@ -49,25 +50,45 @@ def tool_call_grammar(tools: list[dict[str, Any]] | None, choice: Any, form: Cal
 
 
 def lazy_call_grammar(tools: list[dict[str, Any]] | None, choice: Any, forms: tuple[CallFormat, ...],
-                      markers: tuple[str, ...]) -> tuple[str, list[str]] | None:
-    """For tool_choice auto: (GBNF for valid calls in any of `forms`, the texts that start one), which
-    llama.cpp keeps asleep until the model writes a trigger, as llama-server does. The model answers
-    freely; once it starts a call, its calls are held to the tools' schemas, so a small model's call
-    closes instead of repeating a key until max_tokens; no text may follow the calls. A form is woken
-    by the call marker it starts with, else by its whole opening; a bare JSON object (Llama 3's) is
-    left free, since its opening `{"name": "` would wake the grammar in any JSON answer. None when no
-    form is left or the tools cannot be a grammar: the answer stays free."""
+                      markers: tuple[str, ...], think: tuple[str, str] | None = None,
+                      in_thought: bool = False) -> tuple[str, list[str]] | None:
+    """For tool_choice auto: (GBNF for valid calls in any of `forms`, the regex patterns that wake it),
+    a grammar llama.cpp keeps asleep until the text matches a pattern, as llama-server does. The model
+    answers freely; once it starts a call, its calls are held to the tools' schemas, so a small model's
+    call closes instead of repeating a key until max_tokens; no text may follow the calls. A form is
+    woken by the call marker it starts with, else by its whole opening, and only outside a thought
+    (`think`: the family's markers; `in_thought`: the prompt leaves one open), so a call a model drafts
+    while thinking does not wake it. A bare JSON object (Llama 3's) is left free, since its opening
+    `{"name": "` would wake the grammar in any JSON answer. None when no form is left or the tools
+    cannot be a grammar: the answer stays free."""
     if not tools or choice not in (None, "auto"):
         return None
     forms = tuple(dict.fromkeys(form for form in forms if form.before and not form.before.startswith("{")))
     if not forms:
         return None
-    triggers = [next((m for m in markers if form.before.startswith(m)), form.before) for form in forms]
+    triggers = dict.fromkeys(next((m for m in markers if form.before.startswith(m)), form.before) for form in forms)
     try:
         grammar = _calls(forms, tools, several=True)
     except InvalidRequest:
         return None
-    return grammar, list(dict.fromkeys(triggers))
+    return grammar, [wake_pattern(trigger, think, in_thought) for trigger in triggers]
+
+
+def wake_pattern(trigger: str, think: tuple[str, str] | None = None, in_thought: bool = False) -> str:
+    """The ECMAScript regex that finds `trigger` outside a thought; llama.cpp starts the grammar at the
+    first capture group that matched. With a thought open from the start the trigger must follow its
+    close; otherwise it may come before any thought opens, or after one closes."""
+    wanted = _regex_escape(trigger)
+    if think is None:
+        return wanted
+    opening, closing = map(_regex_escape, think)
+    after_thought = f"{closing}[\\s\\S]*?({wanted})"
+    return after_thought if in_thought else f"^(?:(?!{opening})[\\s\\S])*?({wanted})|{after_thought}"
+
+
+def _regex_escape(text: str) -> str:
+    """`text` as a literal in a regex, as llama.cpp's regex_escape writes it."""
+    return _REGEX_SPECIAL.sub(r"\\\g<0>", text)
 
 
 def _calls(forms: tuple[CallFormat, ...], tools: list[dict[str, Any]], several: bool = False) -> str:
@@ -146,4 +167,4 @@ def _literal(text: str) -> str:
     return '"' + text.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n") + '"'
 
 
-__all__ = ["forced_tools", "lazy_call_grammar", "tool_call_grammar"]
+__all__ = ["forced_tools", "lazy_call_grammar", "tool_call_grammar", "wake_pattern"]
