@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import math
 
-import httpx
 import ollama
 import openai
 import pytest
@@ -44,9 +43,15 @@ def test_engine_refuses_a_long_input_and_cuts_one_marked_truncate_to_its_prefix(
     assert m == len(engine.tokenize("a short text", add_special=True, parse_special=True))
 
 
-def test_ollama_embed_truncates_by_default_and_refuses_with_truncate_false(daemon):
+@pytest.fixture(scope="module")
+def ollama_cut(daemon):
+    """The long input through Ollama's client, cut by default (each long embedding costs seconds)."""
+    return ollama.Client(host=daemon.url, timeout=120).embed(model=MODEL, input=LONG)
+
+
+def test_ollama_embed_truncates_by_default_and_refuses_with_truncate_false(daemon, ollama_cut):
     client = ollama.Client(host=daemon.url, timeout=120)
-    r = client.embed(model=MODEL, input=LONG)
+    r = ollama_cut
     assert r.prompt_eval_count == EMBED_CTX and len(r.embeddings) == 1
     with pytest.raises(ollama.ResponseError) as e:
         client.embed(model=MODEL, input=[LONG], truncate=False)
@@ -55,11 +60,10 @@ def test_ollama_embed_truncates_by_default_and_refuses_with_truncate_false(daemo
     assert cosine(legacy, r.embeddings[0]) > 0.9999
 
 
-def test_openai_embeddings_refuse_a_long_input_unless_asked_to_truncate(daemon):
+def test_openai_embeddings_refuse_a_long_input_unless_asked_to_truncate(daemon, ollama_cut):
     client = openai.OpenAI(base_url=f"{daemon.url}/v1", api_key="unused")
     with pytest.raises(openai.BadRequestError, match="context length"):
         client.embeddings.create(model=MODEL, input=LONG)
     cut = client.embeddings.create(model=MODEL, input=LONG, extra_body={"truncate": True})
     assert cut.usage.prompt_tokens == EMBED_CTX
-    ollama_cut = httpx.post(f"{daemon.url}/api/embed", json={"model": MODEL, "input": LONG}, timeout=120).json()
-    assert cosine(cut.data[0].embedding, ollama_cut["embeddings"][0]) > 0.9999
+    assert cosine(cut.data[0].embedding, ollama_cut.embeddings[0]) > 0.9999
