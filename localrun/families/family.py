@@ -46,6 +46,17 @@ class Family:
         return self.think is not None or self.harmony
 
     @property
+    def call_starts(self) -> tuple[str, ...]:
+        """Where a call may start in this family's output: its own markers, and the generic `<tool_call>`
+        of localrun's tool prompt, which small models imitate whatever their template."""
+        return tuple(dict.fromkeys((*self.call_markers, json_calls.HERMES_OPEN)))
+
+    @property
+    def call_formats(self) -> tuple[CallFormat, ...]:
+        """The formats a call of this family may come in: its own, and the generic one."""
+        return tuple(dict.fromkeys((self.call_format, call_format.HERMES)))
+
+    @property
     def can_stop_thinking(self) -> bool:
         """Whether `think: false` is honoured; gpt-oss, Magistral and QwQ think whatever they are told."""
         return not self.thinks or self.think_switch is not None

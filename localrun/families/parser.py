@@ -25,8 +25,7 @@ class OutputParser:
         self.family = family
         self.names = tool_names
         self._splitter = family.splitter(prompt)
-        markers = tuple(dict.fromkeys((*family.call_markers, HERMES_OPEN)))
-        self._holdback = CallHoldback(markers) if tool_names is not None else None
+        self._holdback = CallHoldback(family.call_starts) if tool_names is not None else None
         self._calls: list[ToolCall] = []
 
     @property

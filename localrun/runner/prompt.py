@@ -17,8 +17,6 @@ from localrun.engine import Engine, schema_to_grammar
 from localrun.errors import InvalidRequest
 from localrun.families import GENERIC, Family
 from localrun.native import GenerateRequest
-from localrun.families.call_format import HERMES
-from localrun.families.json_calls import HERMES_OPEN
 from localrun.tools import active_tools, lazy_call_grammar, prepare_messages, tool_call_grammar
 from localrun.tools.bounds import MAX_GRAMMAR_CHARS
 from localrun.tools.schema import check_supported, normalized
@@ -95,8 +93,7 @@ def build_grammar(request: GenerateRequest, family: Family = GENERIC, prompt: st
     if request.sampling.grammar is not None or request.messages is None:
         return None
     lazy = lazy_call_grammar(active_tools(request.tools, request.tool_choice), request.tool_choice,
-                             (family.call_format, HERMES), (*family.call_markers, HERMES_OPEN),
-                             family.think, family.opens_thought(prompt))
+                             family.call_formats, family.call_starts, family.think, family.opens_thought(prompt))
     return lazy if lazy is not None and len(lazy[0]) <= MAX_GRAMMAR_CHARS else None
 
 

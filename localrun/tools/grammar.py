@@ -71,10 +71,10 @@ def lazy_call_grammar(tools: list[dict[str, Any]] | None, choice: Any, forms: tu
         grammar = _calls(forms, tools, several=True)
     except InvalidRequest:
         return None
-    return grammar, [wake_pattern(trigger, think, in_thought) for trigger in triggers]
+    return grammar, [_wake_pattern(trigger, think, in_thought) for trigger in triggers]
 
 
-def wake_pattern(trigger: str, think: tuple[str, str] | None = None, in_thought: bool = False) -> str:
+def _wake_pattern(trigger: str, think: tuple[str, str] | None = None, in_thought: bool = False) -> str:
     """The ECMAScript regex that finds `trigger` outside a thought; llama.cpp starts the grammar at the
     first capture group that matched. With a thought open from the start the trigger must follow its
     close; otherwise it may come before any thought opens, or after one closes."""
@@ -167,4 +167,4 @@ def _literal(text: str) -> str:
     return '"' + text.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n") + '"'
 
 
-__all__ = ["forced_tools", "lazy_call_grammar", "tool_call_grammar", "wake_pattern"]
+__all__ = ["forced_tools", "lazy_call_grammar", "tool_call_grammar"]

@@ -179,11 +179,13 @@ def _running(loaded: Loaded, health: Health | None) -> RunningModel:
     """One loaded model; `health` is its runner's live state (threads change while it decodes)."""
     model, info, options = loaded.model, loaded.runner.info, loaded.options
     return RunningModel(
-        model.name, model.name, loaded.size, t.digest_hex(model.digest), t.details(model),
-        _expires_at(loaded).isoformat(), loaded.size if info.get("gpu_layers") else 0, options.ctx_size,
-        options.parallel, options.kv_cache_type, health.threads if health else info.get("threads"),
-        loaded.pending, info.get("speculative", 0), info.get("speculative_exact"), options.safe_mode,
-        info.get("extra_buffer_types", []), info.get("cpu", []),
+        name=model.name, model=model.name, size=loaded.size, digest=t.digest_hex(model.digest),
+        details=t.details(model), expires_at=_expires_at(loaded).isoformat(),
+        size_vram=loaded.size if info.get("gpu_layers") else 0, context_length=options.ctx_size,
+        parallel=options.parallel, kv_cache_type=options.kv_cache_type,
+        threads=health.threads if health else info.get("threads"), active_requests=loaded.pending,
+        speculative=info.get("speculative", 0), speculative_exact=info.get("speculative_exact"),
+        safe_mode=options.safe_mode, extra_buffer_types=info.get("extra_buffer_types", []), cpu=info.get("cpu", []),
     )
 
 
