@@ -10,6 +10,8 @@ order swaps every round); each figure is the best of --rounds. Rows (pick with -
             prints one prompt's greedy answer from both servers, and checks that localrun's answers
             under load equal its answers to the same prompts alone (a mismatch exits 1).
   followup  cold TTFT on a --cold-tokens prompt, and a follow-up turn's TTFT (prefix cache) against it.
+  split     where a single stream's time goes: each server's own decode time per token (its `timings`),
+            with the answer streamed and not, and the time per token its client sees.
   busy      single-stream tok/s idle and with a spin loop keeping one core busy, and busy / idle.
   long      TTFT on --long-tokens prompts, Gemma 3 270M at a --long-ctx context and 1 slot.
 
@@ -51,7 +53,7 @@ from tests.daemon import free_port, start_daemon  # noqa: E402
 
 from localrun.store import Store  # noqa: E402
 
-ROWS = ("load", "followup", "busy", "long")
+ROWS = ("load", "followup", "split", "busy", "long")
 ANIMALS = ("fox", "cat", "owl", "bear", "wolf", "hare", "crow", "mole")
 SKILLS = ("sing", "swim", "cook", "paint", "dance", "read", "count", "fly")
 WORDS = ("garden river stone window morning lantern harbour market letter winter candle bridge meadow "
@@ -120,6 +122,7 @@ class Answer:
     tokens: int = 0
     prompt_tokens: int = 0
     cached_tokens: int = 0
+    own_ms_per_token: float = 0.0  # the server's own decode time per token after the first (its `timings`)
 
     @property
     def ttft(self) -> float:
@@ -129,6 +132,13 @@ class Answer:
     def decode_rate(self) -> float:
         """Tokens after the first per second after the first (prefill excluded)."""
         return (self.tokens - 1) / (self.end - self.first)
+
+
+def own_ms_per_token(timings: dict) -> float:
+    """A server's own decode ms per token from llama-server's `timings` (localrun sends the same
+    object): `predicted_ms` runs from the first token to the last, so it spans n - 1 decode steps."""
+    n = timings.get("predicted_n") or 0
+    return timings["predicted_ms"] / (n - 1) if n > 1 else 0.0
 
 
 def aggregate_rate(answers: Sequence[Answer]) -> float:
@@ -162,6 +172,22 @@ async def chat(client: httpx.AsyncClient, server: Server, messages: list[dict], 
     return answer
 
 
+async def chat_whole(client: httpx.AsyncClient, server: Server, messages: list[dict], tokens: int) -> Answer:
+    """The same greedy chat not streamed: one answer at the end, with the server's own timings."""
+    body = {"model": server.model, "messages": messages, "max_tokens": tokens, "temperature": 0, "stream": False,
+            "ignore_eos": True}
+    answer = Answer(time.perf_counter())
+    response = await client.post(f"{server.url}/v1/chat/completions", json=body)
+    answer.end = time.perf_counter()
+    if response.status_code != 200:
+        raise BenchError(f"{server.name}: HTTP {response.status_code}: {response.text[:300]!r}")
+    data = response.json()
+    read_chunk(answer, {"usage": data.get("usage"), "timings": data.get("timings")}, server.name)
+    if answer.tokens != tokens or not answer.own_ms_per_token:
+        raise BenchError(f"{server.name} answered {answer.tokens} tokens, not {tokens}, or no timings")
+    return answer
+
+
 def read_chunk(answer: Answer, data: dict, name: str) -> None:
     if "error" in data:
         raise BenchError(f"{name}: {json.dumps(data['error'])[:300]}")
@@ -170,6 +196,8 @@ def read_chunk(answer: Answer, data: dict, name: str) -> None:
         if piece:
             answer.first = answer.first or time.perf_counter()
             answer.text += piece
+    if data.get("timings"):
+        answer.own_ms_per_token = own_ms_per_token(data["timings"])
     if data.get("usage"):
         answer.tokens = data["usage"]["completion_tokens"]
         answer.prompt_tokens = data["usage"]["prompt_tokens"]
@@ -366,6 +394,27 @@ class Bench:
              ["follow-up turn TTFT", f"{lw:.3f} s", f"{sw:.3f} s", ratio(lw, sw)],
              ["follow-up / cold", f"{lw / lc:.3f}", f"{sw / sc:.3f}", ""]]))
         self.emit(f"Follow-up prompt tokens found in the cache: {', '.join(sorted(cached))}")
+
+    async def split(self) -> None:
+        """Where one stream's time per token goes. Each server times its own decoding (`timings`), so
+        the answer not streamed shows the engine and, for localrun, the runner's messages to the
+        daemon; streamed, what writing each token to the client costs the decoding; the client's
+        clock, what a user sees."""
+        args, own, streamed, seen = self.args, defaultdict(list), defaultdict(list), defaultdict(list)
+        for r in range(args.rounds):
+            prompt = user(story_prompts(f"split{r}", 1)[0])
+            for server in in_turn(self.servers, r):
+                own[server.name].append((await chat_whole(self.client, server, prompt, args.tokens)).own_ms_per_token)
+                answer = await chat(self.client, server, prompt, args.tokens)
+                streamed[server.name].append(answer.own_ms_per_token)
+                seen[server.name].append(1000.0 / answer.decode_rate)
+        rows = []
+        for label, runs in (("server's own decode, not streamed", own), ("server's own decode, streamed", streamed),
+                            ("at the client, streamed", seen)):
+            ours, theirs = statistics.median(runs["localrun"]), statistics.median(runs["llama-server"])
+            rows.append([label, f"{ours:.2f}", f"{theirs:.2f}", ratio(ours, theirs)])
+        self.emit(markdown_table([f"single stream, ms per token (median of {args.rounds}, {args.tokens} tokens)",
+                                  "localrun", "llama-server", "localrun / llama-server"], rows))
 
     async def busy(self) -> None:
         """A single stream idle and with one core kept busy by a spin loop."""

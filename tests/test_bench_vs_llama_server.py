@@ -33,6 +33,11 @@ def test_aggregate_rate_counts_tokens_after_each_first_over_the_shared_decode_wi
     assert a.ttft == 1.0 and a.decode_rate == pytest.approx(10 / 2.0)
 
 
+def test_own_decode_time_spans_the_steps_after_the_first_token(bench):
+    assert bench.own_ms_per_token({"predicted_n": 65, "predicted_ms": 832.0}) == pytest.approx(13.0)
+    assert bench.own_ms_per_token({"predicted_n": 1, "predicted_ms": 0.0}) == 0.0
+
+
 def test_ratio_guards_a_zero_baseline(bench):
     assert bench.ratio(3.0, 2.0) == "1.50" and bench.ratio(1.0, 0.0) == "-"
 
