@@ -38,6 +38,9 @@ class GenerateRequest:
     reasoning_effort: str | None = None  # "low" | "medium" | "high", for families that take an effort
     reasoning_budget: int | None = None  # the most thinking tokens; then the thought is closed and the answer follows
     return_context: bool = False  # Ollama's /api/generate: Done carries the prompt's and answer's token ids
+    # False: no Delta events except those carrying logprobs; Done still carries the whole text. For
+    # answers nobody streams: each delta would wake the daemon once per token (docs/benchmarks.md, split).
+    deltas: bool = True
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

@@ -7,6 +7,7 @@ import re
 import time
 
 import httpx
+import pytest
 
 from localrun.native import Delta, Done, Timings
 from localrun.server.metrics import Histogram, Metrics, Observer
@@ -47,6 +48,18 @@ def test_observer_counts_tokens_ttft_and_speed_once():
     assert metrics.tokens_in == {(("model", "m"),): 7} and metrics.tokens_out == {(("model", "m"),): 20}
     assert sum(metrics.ttft[(("model", "m"),)].counts) == 1
     assert metrics.tps[(("model", "m"),)].total == 40.0
+
+
+def test_observer_takes_ttft_from_done_when_no_delta_came(monkeypatch):
+    """A whole answer arrives without deltas (GenerateRequest.deltas): its first token came
+    generation_ms before the Done."""
+    metrics = Metrics()
+    monkeypatch.setattr("localrun.server.metrics.time.perf_counter", lambda: 10.0)
+    observer = Observer("m", 4.0, 7, metrics)
+    observer.see(Done(0, "stop", Timings(7, 0, 1.0, 20, 2500.0)))
+    observer.see(Done(1, "stop", Timings(7, 0, 1.0, 20, 500.0)))
+    histogram = metrics.ttft[(("model", "m"),)]
+    assert sum(histogram.counts) == 1 and histogram.total == pytest.approx(3.5)
 
 
 def test_a_streamed_chat_moves_every_counter(daemon):

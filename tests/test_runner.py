@@ -160,3 +160,25 @@ def test_an_exception_in_one_request_ends_that_request_only(smollm2_path):
 
 async def generate_request(runner: RunnerProcess, body: dict) -> list[dict]:
     return [message async for message in runner.stream("generate", request=body)]
+
+
+def test_without_deltas_only_logprobs_travel_and_done_has_the_whole_text(smollm2_path):
+    """A request nobody streams (GenerateRequest.deltas False) costs the daemon no wake-up per token:
+    the runner sends no deltas, unless they carry logprobs, and Done carries the same text."""
+    async def main() -> None:
+        runner = await RunnerProcess.start(smollm2_path, OPTIONS)
+        try:
+            streamed = await generate_request(runner, request("Once upon a time", 12))
+            quiet = await generate_request(runner, request("Once upon a time", 12, deltas=False))
+            with_logprobs = request("Once upon a time", 12, deltas=False)
+            with_logprobs["sampling"]["logprobs"] = 2
+            scored = await generate_request(runner, with_logprobs)
+        finally:
+            await runner.close()
+        kinds = [m["type"] for m in quiet]
+        assert "delta" not in kinds and kinds[-1] == "done"
+        assert quiet[-1]["text"] == streamed[-1]["text"] == "".join(m["text"] for m in streamed if m["type"] == "delta")
+        deltas = [m for m in scored if m["type"] == "delta"]
+        assert len(deltas) == 12 and all(m["logprobs"] for m in deltas) and scored[-1]["text"] == quiet[-1]["text"]
+
+    asyncio.run(main())

@@ -49,6 +49,7 @@ class _Choice:
     reasoning: list[str] = field(default_factory=list)
     thought_tokens: int = 0
     context: list[int] | None = None  # prompt + generated token ids, when the request wants them back
+    deltas: bool = True  # False: deltas are sent only for their logprobs (GenerateRequest.deltas)
 
     def over_budget(self) -> bool:
         """Counts this token when it is thinking; True once, when that makes the thinking reach its budget."""
@@ -138,7 +139,8 @@ class RunnerHost:
                 choice_sampling = sampling if request.n <= 1 or sampling.seed is None else _reseeded(sampling, index)
                 self.engine.add(Request(id=key, prompt=prompt, sampling=choice_sampling, special_text=family.special_text))
                 self.choices[key] = _Choice(rid, index, OutputParser(family, text, names), request.reasoning_budget,
-                                            context=list(prompt) if request.return_context else None)
+                                            context=list(prompt) if request.return_context else None,
+                                            deltas=request.deltas)
                 self.unslotted.add(key)
         except Exception:
             self._drop(keys)  # the choices already queued go too: the request failed as a whole
@@ -286,21 +288,24 @@ class RunnerHost:
                 self.engine.force(event.request_id, self.engine.tokenize(close, add_special=False, parse_special=True))
             reasoning, text = choice.parser.push(event.text)
             if text or reasoning or event.logprob is not None:
-                return [self._delta(choice, text, _logprobs(self.engine, event), reasoning)]
+                return self._delta(choice, text, _logprobs(self.engine, event), reasoning)
             return []
         del self.choices[event.request_id]
         reasoning, rest, calls = choice.parser.finish(cut_off=event.reason == "length" or bool(event.stop_text))
-        out = [self._delta(choice, rest, [], reasoning)] if rest or reasoning else []
+        out = self._delta(choice, rest, [], reasoning) if rest or reasoning else []
         timings = replace(event.timings, reasoning_tokens=choice.thought_tokens)
         done = Done(choice.index, "tool_calls" if calls else event.reason, timings, "".join(choice.text), calls,
                     event.stop_text, choice.context, "".join(choice.reasoning))
         out.append(encode_event(choice.request_id, done))
         return out
 
-    def _delta(self, choice: _Choice, text: str, logprobs: list[TokenLogprob], reasoning: str = "") -> dict[str, Any]:
+    def _delta(self, choice: _Choice, text: str, logprobs: list[TokenLogprob], reasoning: str = "") -> list[dict[str, Any]]:
+        """The delta's message, if the request wants it; its text counts toward the Done either way."""
         choice.text.append(text)
         choice.reasoning.append(reasoning)
-        return encode_event(choice.request_id, Delta(choice.index, text, logprobs, reasoning))
+        if not (choice.deltas or logprobs):
+            return []
+        return [encode_event(choice.request_id, Delta(choice.index, text, logprobs, reasoning))]
 
 
 def internal_error(error: Exception) -> LocalrunError:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, AsyncIterator, Callable, Mapping
 
 from localrun.native import Delta, Done, Event, GenerateRequest, Started, Timings, TokenLogprob, decode_event
@@ -106,7 +106,10 @@ class Collected:
 
 async def collect(manager: ModelManager, request: GenerateRequest,
                   api_defaults: Mapping[str, Any] | None = None) -> Collected:
+    """The whole answer. Its text comes with each choice's Done, so the runner sends deltas only for
+    their logprobs."""
     result = Collected()
+    request = replace(request, deltas=request.sampling.logprobs is not None)
     async for event in await start(manager, request, api_defaults):
         if isinstance(event, Delta):
             result.logprobs.setdefault(event.index, []).extend(event.logprobs)

@@ -129,6 +129,9 @@ class Observer:
             self.metrics.observe_ttft(self.model, time.perf_counter() - self.started)
         if isinstance(event, Done):
             t = event.timings
+            if self.first and t.generated_tokens:  # no deltas came (GenerateRequest.deltas): the first token
+                self.first = False                 # was generation_ms before this Done
+                self.metrics.observe_ttft(self.model, time.perf_counter() - self.started - t.generation_ms / 1000.0)
             self.metrics.add_tokens(self.model, generated=t.generated_tokens)
             if t.draft_tokens:
                 self.metrics.add_drafts(self.model, t.draft_tokens, t.draft_accepted)
