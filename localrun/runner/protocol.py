@@ -19,6 +19,7 @@ Runner -> parent:
     {"type": "fatal", "message"}                   once, when loading failed; then the runner exits
     {"type": "accepted", "id", "prompt_tokens"}    the generation is queued in the engine (errors come before)
     {"type": "delta", "id", "index", "text", "logprobs": [[token, logprob, [[alt, lp], ...]], ...]}
+                                                   (with request.deltas false: only those with logprobs)
     {"type": "done",  "id", "index", "finish_reason", "timings", "text", "tool_calls", "stop_sequence"}
     {"type": "result", "id", "value"}              answer to the other ops: value is the op's RESULT.to_dict()
     {"type": "error", "id", "message", "error"}    this request failed; error names a class in localrun.errors
