@@ -180,6 +180,7 @@ ENGINE_RULES: dict[str, Rule] = {
                          words={"off": 0, "on": SPECULATIVE_ON, "false": 0, "true": SPECULATIVE_ON, "no": 0,
                                 "yes": SPECULATIVE_ON}),
     "rpc": Endpoints("HOST:PORT addresses of RPC workers, comma-separated"),
+    "stream_interval_ms": _whole(0, 1000, what="milliseconds from 0 to 1000"),
 }
 
 
@@ -210,6 +211,7 @@ class EngineSettings:
     speculative: int = 0  # draft length for requests that do not choose one; 0 = no speculative decoding
     safe_mode: bool = False  # plain CPU weights: no repacking, no AMX (after a load crashed; see cpu_features)
     rpc: tuple[str, ...] = ()  # llama.cpp RPC workers (HOST:PORT) the model's layers are spread over
+    stream_interval_ms: int = 0  # > 0: a stream's tokens are sent together, about one chunk per this many ms
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "rpc", tuple(self.rpc) if isinstance(self.rpc, list) else self.rpc)  # from JSON
@@ -290,6 +292,10 @@ SETTINGS: tuple[Setting, ...] = (
                                                    "tokens) or the most tokens drafted per step; requests may choose "
                                                    "their own."),
     _engine("LOCALRUN_GPU_LAYERS", "gpu_layers", "Layers to offload to the GPU when the build supports it (auto = all)."),
+    _engine("LOCALRUN_STREAM_INTERVAL_MS", "stream_interval_ms",
+            "0 = every token is sent as it comes; N = a stream's tokens are sent together, about one chunk per "
+            "N ms, none held longer than about N ms: fewer wake-ups for the daemon and the client, which on a "
+            "machine without a spare core is decode speed (docs/benchmarks.md)."),
     _engine("LOCALRUN_RPC", "rpc", "llama.cpp RPC workers (`localrun worker`) to spread each model's layers over, "
                                    "HOST:PORT,... (needs llama-cpp-python built with -DGGML_RPC=on)."),
     Setting("LOCALRUN_SHUTDOWN_TIMEOUT", "10s", "How long a stopping daemon lets requests in flight finish before it "
@@ -365,6 +371,7 @@ class Settings:
             threads=get("LOCALRUN_THREADS"), flash_attn=get("LOCALRUN_FLASH_ATTN"),
             kv_cache_type=get("LOCALRUN_KV_CACHE_TYPE"), gpu_layers=get("LOCALRUN_GPU_LAYERS"),
             speculative=get("LOCALRUN_SPECULATIVE"), rpc=get("LOCALRUN_RPC"),
+            stream_interval_ms=get("LOCALRUN_STREAM_INTERVAL_MS"),
         )
         return cls(
             home=get("LOCALRUN_HOME"), host=get("LOCALRUN_HOST"), mirror=get("LOCALRUN_MIRROR"),

@@ -182,3 +182,23 @@ def test_without_deltas_only_logprobs_travel_and_done_has_the_whole_text(smollm2
         assert len(deltas) == 12 and all(m["logprobs"] for m in deltas) and scored[-1]["text"] == quiet[-1]["text"]
 
     asyncio.run(main())
+
+
+@pytest.mark.parametrize("interval_ms, want_deltas", [(0, 12), (1, 12), (1000, 2)])
+def test_the_stream_interval_merges_a_streams_tokens_and_loses_none(smollm2_path, interval_ms, want_deltas):
+    """EngineSettings.stream_interval_ms: the first delta goes at once; later ones wait and merge until
+    one more step would keep them past the interval (1 ms: every step's token is due at its end), or
+    until the choice ends (1 s, longer than 12 tokens take: everything after the first comes as one delta before Done)."""
+    async def main() -> list[dict]:
+        options = EngineSettings(parallel=2, ctx_size=512, stream_interval_ms=interval_ms)
+        runner = await RunnerProcess.start(smollm2_path, options)
+        try:
+            return await generate_request(runner, request("Once upon a time", 12))
+        finally:
+            await runner.close()
+
+    messages = asyncio.run(main())
+    deltas = [m for m in messages if m["type"] == "delta"]
+    kinds = [m["type"] for m in messages]
+    assert len(deltas) == want_deltas and kinds.index("started") < kinds.index("delta") and kinds[-1] == "done"
+    assert "".join(m["text"] for m in deltas) == messages[-1]["text"] and messages[-1]["timings"]["generated_tokens"] == 12

@@ -50,6 +50,9 @@ class _Choice:
     thought_tokens: int = 0
     context: list[int] | None = None  # prompt + generated token ids, when the request wants them back
     deltas: bool = True  # False: deltas are sent only for their logprobs (GenerateRequest.deltas)
+    held: Delta | None = None  # output waiting for the stream interval (EngineSettings.stream_interval_ms)
+    held_since: float = 0.0
+    sent: bool = False  # a delta went out; the first always goes at once
 
     def over_budget(self) -> bool:
         """Counts this token when it is thinking; True once, when that makes the thinking reach its budget."""
@@ -69,15 +72,19 @@ class RunnerHost:
         self.family: Family = family_for(engine.model.chat_template())
         self.jobs: dict[str, tuple[threading.Thread, threading.Event]] = {}  # request id -> background job
         self.stopping = False
+        self.interval = engine.settings.stream_interval_ms / 1000.0
 
     def run(self) -> None:
         threading.Thread(target=self._read, name="runner-reader", daemon=True).start()
         while not self.stopping:
             self._drain(block=not self.engine.has_work)
             if self.engine.has_work and not self.stopping:
+                began = time.perf_counter()
                 events = self.engine.step()
                 started = self._started()  # before the step's events: a choice's Started precedes its first delta
-                self.channel.send_all(started + [message for event in events for message in self._emit_one(event)])
+                messages = started + [message for event in events for message in self._emit_one(event)]
+                now = time.perf_counter()
+                self.channel.send_all(messages + self._due(now, now - began))
         for thread, stop in list(self.jobs.values()):  # the model must outlive them
             stop.set()
             thread.join()
@@ -293,6 +300,7 @@ class RunnerHost:
         del self.choices[event.request_id]
         reasoning, rest, calls = choice.parser.finish(cut_off=event.reason == "length" or bool(event.stop_text))
         out = self._delta(choice, rest, [], reasoning) if rest or reasoning else []
+        out += self._release(choice)
         timings = replace(event.timings, reasoning_tokens=choice.thought_tokens)
         done = Done(choice.index, "tool_calls" if calls else event.reason, timings, "".join(choice.text), calls,
                     event.stop_text, choice.context, "".join(choice.reasoning))
@@ -300,12 +308,35 @@ class RunnerHost:
         return out
 
     def _delta(self, choice: _Choice, text: str, logprobs: list[TokenLogprob], reasoning: str = "") -> list[dict[str, Any]]:
-        """The delta's message, if the request wants it; its text counts toward the Done either way."""
+        """The delta's message, if the request wants it and the stream interval lets it go now (else it
+        is held, merged with what follows); its text counts toward the Done either way."""
         choice.text.append(text)
         choice.reasoning.append(reasoning)
         if not (choice.deltas or logprobs):
             return []
-        return [encode_event(choice.request_id, Delta(choice.index, text, logprobs, reasoning))]
+        delta = Delta(choice.index, text, logprobs, reasoning)
+        if choice.held is not None:
+            choice.held = Delta(choice.index, choice.held.text + text, choice.held.logprobs + logprobs,
+                                choice.held.reasoning + reasoning)
+        elif self.interval and choice.sent:
+            choice.held, choice.held_since = delta, time.perf_counter()
+        else:
+            choice.sent = True
+            return [encode_event(choice.request_id, delta)]
+        return []
+
+    def _release(self, choice: _Choice) -> list[dict[str, Any]]:
+        held, choice.held = choice.held, None
+        return [encode_event(choice.request_id, held)] if held is not None else []
+
+    def _due(self, now: float, step_s: float) -> list[dict[str, Any]]:
+        """The held deltas that one more step as long as the last would keep past the stream interval:
+        a stream then writes about one chunk per interval, and no token waits much longer than it."""
+        if not self.interval:
+            return []
+        return [message for choice in self.choices.values()
+                if choice.held is not None and now - choice.held_since + step_s >= self.interval
+                for message in self._release(choice)]
 
 
 def internal_error(error: Exception) -> LocalrunError:
