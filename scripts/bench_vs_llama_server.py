@@ -41,7 +41,7 @@ import sys
 import tempfile
 import time
 from collections import defaultdict
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
@@ -104,8 +104,15 @@ def context_line(args: argparse.Namespace) -> str:
     now = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     flags = " ".join(["-t", str(args.threads), *(["--no-repack"] if args.no_repack else []), args.server_args])
     return (f"{now}; {cpu}, {os.cpu_count()} CPUs; load average {load_average()}; llama-server {flags.strip()}; "
-            f"LOCALRUN_THREADS={args.localrun_threads}; SmolLM2 {args.slots} slots x {args.ctx} tokens, "
+            f"{localrun_settings(os.environ, args.localrun_threads)}; SmolLM2 {args.slots} slots x {args.ctx} tokens, "
             f"{args.tokens} tokens per answer ({args.busy_tokens} in the busy row); best of {args.rounds} rounds")
+
+
+def localrun_settings(environ: Mapping[str, str], threads: str) -> str:
+    """The LOCALRUN_* settings the daemon runs with: the threads this script sets, and every other one
+    the environment passes on (LOCALRUN_STREAM_INTERVAL_MS=25, ...), so a result says what it measured."""
+    passed = {k: v for k, v in environ.items() if k.startswith("LOCALRUN_") and k != "LOCALRUN_THREADS"}
+    return " ".join([f"LOCALRUN_THREADS={threads}", *(f"{k}={v}" for k, v in sorted(passed.items()))])
 
 
 # --- one streamed answer -------------------------------------------------------------------------

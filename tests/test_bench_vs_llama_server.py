@@ -38,6 +38,11 @@ def test_own_decode_time_spans_the_steps_after_the_first_token(bench):
     assert bench.own_ms_per_token({"predicted_n": 1, "predicted_ms": 0.0}) == 0.0
 
 
+def test_the_results_name_every_localrun_setting_the_environment_passes_on(bench):
+    environ = {"LOCALRUN_STREAM_INTERVAL_MS": "25", "LOCALRUN_THREADS": "1", "PATH": "/bin", "LOCALRUN_A": "x"}
+    assert bench.localrun_settings(environ, "auto") == "LOCALRUN_THREADS=auto LOCALRUN_A=x LOCALRUN_STREAM_INTERVAL_MS=25"
+
+
 def test_ratio_guards_a_zero_baseline(bench):
     assert bench.ratio(3.0, 2.0) == "1.50" and bench.ratio(1.0, 0.0) == "-"
 
