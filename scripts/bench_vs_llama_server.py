@@ -162,10 +162,14 @@ class Server:
     stop: Callable[[], None]
 
 
+def chat_body(server: Server, messages: list[dict], tokens: int) -> dict:
+    """A greedy chat of exactly `tokens` tokens (`ignore_eos`), which both servers take."""
+    return {"model": server.model, "messages": messages, "max_tokens": tokens, "temperature": 0, "ignore_eos": True}
+
+
 async def chat(client: httpx.AsyncClient, server: Server, messages: list[dict], tokens: int) -> Answer:
     """A greedy streaming chat that generates exactly `tokens` tokens (checked from the usage chunk)."""
-    body = {"model": server.model, "messages": messages, "max_tokens": tokens, "temperature": 0, "stream": True,
-            "ignore_eos": True, "stream_options": {"include_usage": True}}
+    body = {**chat_body(server, messages, tokens), "stream": True, "stream_options": {"include_usage": True}}
     answer = Answer(time.perf_counter())
     async with client.stream("POST", f"{server.url}/v1/chat/completions", json=body) as response:
         if response.status_code != 200:
@@ -181,10 +185,9 @@ async def chat(client: httpx.AsyncClient, server: Server, messages: list[dict], 
 
 async def chat_whole(client: httpx.AsyncClient, server: Server, messages: list[dict], tokens: int) -> Answer:
     """The same greedy chat not streamed: one answer at the end, with the server's own timings."""
-    body = {"model": server.model, "messages": messages, "max_tokens": tokens, "temperature": 0, "stream": False,
-            "ignore_eos": True}
     answer = Answer(time.perf_counter())
-    response = await client.post(f"{server.url}/v1/chat/completions", json=body)
+    response = await client.post(f"{server.url}/v1/chat/completions",
+                                 json={**chat_body(server, messages, tokens), "stream": False})
     answer.end = time.perf_counter()
     if response.status_code != 200:
         raise BenchError(f"{server.name}: HTTP {response.status_code}: {response.text[:300]!r}")

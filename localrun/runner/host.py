@@ -83,8 +83,7 @@ class RunnerHost:
                 events = self.engine.step()
                 started = self._started()  # before the step's events: a choice's Started precedes its first delta
                 messages = started + [message for event in events for message in self._emit_one(event)]
-                now = time.perf_counter()
-                self.channel.send_all(messages + self._due(now, now - began))
+                self.channel.send_all(messages + self._due(began))
         for thread, stop in list(self.jobs.values()):  # the model must outlive them
             stop.set()
             thread.join()
@@ -314,26 +313,29 @@ class RunnerHost:
         choice.reasoning.append(reasoning)
         if not (choice.deltas or logprobs):
             return []
+        held = choice.held
+        if held is not None:
+            choice.held = Delta(choice.index, held.text + text, held.logprobs + logprobs, held.reasoning + reasoning)
+            return []
         delta = Delta(choice.index, text, logprobs, reasoning)
-        if choice.held is not None:
-            choice.held = Delta(choice.index, choice.held.text + text, choice.held.logprobs + logprobs,
-                                choice.held.reasoning + reasoning)
-        elif self.interval and choice.sent:
+        if self.interval and choice.sent:
             choice.held, choice.held_since = delta, time.perf_counter()
-        else:
-            choice.sent = True
-            return [encode_event(choice.request_id, delta)]
-        return []
+            return []
+        choice.sent = True
+        return [encode_event(choice.request_id, delta)]
 
     def _release(self, choice: _Choice) -> list[dict[str, Any]]:
         held, choice.held = choice.held, None
         return [encode_event(choice.request_id, held)] if held is not None else []
 
-    def _due(self, now: float, step_s: float) -> list[dict[str, Any]]:
-        """The held deltas that one more step as long as the last would keep past the stream interval:
-        a stream then writes about one chunk per interval, and no token waits much longer than it."""
+    def _due(self, step_began: float) -> list[dict[str, Any]]:
+        """The held deltas that one more step as long as the one begun at `step_began` would keep past
+        the stream interval: a stream then writes about one chunk per interval, and no token waits
+        much longer than it."""
         if not self.interval:
             return []
+        now = time.perf_counter()
+        step_s = now - step_began
         return [message for choice in self.choices.values()
                 if choice.held is not None and now - choice.held_since + step_s >= self.interval
                 for message in self._release(choice)]

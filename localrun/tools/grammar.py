@@ -74,7 +74,7 @@ def lazy_call_grammar(tools: list[dict[str, Any]] | None, choice: Any, forms: tu
     return grammar, [_wake_pattern(trigger, think, in_thought) for trigger in triggers]
 
 
-def _wake_pattern(trigger: str, think: tuple[str, str] | None = None, in_thought: bool = False) -> str:
+def _wake_pattern(trigger: str, think: tuple[str, str] | None, in_thought: bool) -> str:
     """The ECMAScript regex that finds `trigger` outside a thought; llama.cpp starts the grammar at the
     first capture group that matched. With a thought open from the start the trigger must follow its
     close; otherwise it may come before any thought opens, or after one closes."""
