@@ -9,6 +9,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -202,3 +203,36 @@ def test_the_stream_interval_merges_a_streams_tokens_and_loses_none(smollm2_path
     kinds = [m["type"] for m in messages]
     assert len(deltas) == want_deltas and kinds.index("started") < kinds.index("delta") and kinds[-1] == "done"
     assert "".join(m["text"] for m in deltas) == messages[-1]["text"] and messages[-1]["timings"]["generated_tokens"] == 12
+
+
+def test_a_steps_decode_tokens_go_out_before_its_prompt_chunks_run(smollm2_path):
+    """A step evaluates the running streams' tokens in one llama_decode call and a new prompt in the
+    next: the runner sends each call's tokens as soon as they are sampled, so a running stream's
+    token does not wait for another request's prefill (nor a prompt's first token for the others')."""
+    async def main() -> tuple[list[tuple[float, str, dict]], dict]:
+        runner = await RunnerProcess.start(smollm2_path, EngineSettings(parallel=2, ctx_size=1024))
+        seen: list[tuple[float, str, dict]] = []
+        two_deltas = asyncio.Event()
+
+        async def consume(name: str, body: dict) -> None:
+            async for message in runner.stream("generate", request=body):
+                seen.append((time.perf_counter(), name, message))
+                if name == "running" and sum(m["type"] == "delta" for _, _, m in seen) >= 2:
+                    two_deltas.set()
+
+        try:
+            running = asyncio.create_task(consume("running", request("Once upon a time", 200)))
+            await two_deltas.wait()
+            await consume("new", request("The story so far: " + "the fox ran on and on, " * 60, 4))
+            await running
+        finally:
+            await runner.close()
+        return seen, next(m for _, name, m in seen if name == "new" and m["type"] == "done")
+
+    seen, done = asyncio.run(main())
+    accepted = next(t for t, name, m in seen if name == "new" and m["type"] == "accepted")  # before that step
+    first_new = next(t for t, name, m in seen if name == "new" and m["type"] == "delta")
+    running_in_that_step = min(t for t, name, m in seen if name == "running" and m["type"] == "delta" and t > accepted)
+    prefill_s = done["timings"]["prompt_ms"] / 1000
+    assert done["timings"]["prompt_tokens"] > 300
+    assert first_new - running_in_that_step > prefill_s / 2, "the running stream's token waited for the prefill"

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, Iterator
 
 import llama_cpp as L
 
@@ -151,7 +151,13 @@ class Engine:
         return self.scheduler.has_work
 
     def step(self) -> list[Event]:
-        """One scheduler step: a decode token per running sequence plus prefill chunks.
+        """One scheduler step: a decode token per running sequence plus prefill chunks (`calls`)."""
+        return [event for events in self.calls() for event in events]
+
+    def calls(self) -> Iterator[list[Event]]:
+        """One scheduler step, one `llama_decode` call at a time: the events of each call as soon as
+        its logits are sampled, so that a caller can send the decode tokens, or a prompt's first
+        token, before the step's later calls (other prompts' chunks) run. Iterate it to the end.
 
         The step's tokens go to llama.cpp as `plan.batches()` says (decode tokens in one call, each
         prompt chunk in its own), and each call's logits are sampled before the next call reuses them.
@@ -165,7 +171,10 @@ class Engine:
             indices = self._evaluate(chunks)
             for chunk, index in zip(chunks, indices):
                 events.extend(self._sample(chunk, index))
-        return events
+            yield events
+            events = []
+        if events:  # cancellations in a step with nothing to evaluate
+            yield events
 
     def _sample(self, chunk: Chunk, index: int) -> list[Event]:
         """The events of one chunk's logits. A failure here (a sampler, a grammar, a detokenizer) is one

@@ -1,10 +1,12 @@
 """The runner's loop: one thread owns the engine; it takes messages between steps and streams events.
 
 A reader thread turns socket lines into an inbox; the engine thread drains the inbox (blocking
-only when the engine is idle), runs one `engine.step()`, and sends what came out in one write, so
-the daemon wakes once per step, not once per sequence. Every request that touches the llama context
-(generate, tokenize, embed, render, score) runs on the engine thread; perplexity, which brings a
-context of its own and can run for minutes, runs on a thread of its own.
+only when the engine is idle), runs one engine step, and sends what each of its `llama_decode`
+calls produced in one write, so the daemon wakes once per call, not once per sequence, and tokens
+sampled early in a step (the decode tokens, a prompt finished in its first call) do not wait for
+the step's later prompt chunks. Every request that touches the llama context (generate, tokenize,
+embed, render, score) runs on the engine thread; perplexity, which brings a context of its own and
+can run for minutes, runs on a thread of its own.
 """
 
 from __future__ import annotations
@@ -80,10 +82,10 @@ class RunnerHost:
             self._drain(block=not self.engine.has_work)
             if self.engine.has_work and not self.stopping:
                 began = time.perf_counter()
-                events = self.engine.step()
-                started = self._started()  # before the step's events: a choice's Started precedes its first delta
-                messages = started + [message for event in events for message in self._emit_one(event)]
-                self.channel.send_all(messages + self._due(began))
+                for events in self.engine.calls():  # each llama_decode call's tokens go out before the next call
+                    started = self._started()  # before the events: a choice's Started precedes its first delta
+                    messages = started + [message for event in events for message in self._emit_one(event)]
+                    self.channel.send_all(messages + self._due(began))
         for thread, stop in list(self.jobs.values()):  # the model must outlive them
             stop.set()
             thread.join()
