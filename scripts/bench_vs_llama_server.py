@@ -9,7 +9,8 @@ order swaps every round); each figure is the best of --rounds. Rows (pick with -
   load      --concurrency streams of distinct prompts: aggregate decode tok/s, ratio, TTFT p50. Also
             prints one prompt's greedy answer from both servers, and checks that localrun's answers
             under load equal its answers to the same prompts alone (a mismatch exits 1).
-  followup  cold TTFT on a --cold-tokens prompt, and a follow-up turn's TTFT (prefix cache) against it.
+  followup  cold TTFT on a --cold-tokens prompt, decode tok/s after it, and a follow-up turn's TTFT
+            (prefix cache) against the cold one.
   split     where a single stream's time goes: each server's own decode time per token (its `timings`),
             with the answer streamed and not, and the time per token its client sees.
   busy      single-stream tok/s idle and with a spin loop keeping one core busy, and busy / idle.
@@ -384,23 +385,27 @@ class Bench:
         self.emit(f"Exactness: {checked} localrun answers under load against the same requests alone: {verdict}")
 
     async def followup(self) -> None:
-        """Cold TTFT on a long prompt, then a follow-up turn that finds it in the prefix cache."""
-        args, cold, warm, sizes, cached = self.args, defaultdict(list), defaultdict(list), set(), set()
+        """Cold TTFT on a long prompt and decoding after it (attention over a long cache), then a
+        follow-up turn that finds the prompt in the prefix cache."""
+        args, cold, warm, rate = self.args, defaultdict(list), defaultdict(list), defaultdict(list)
+        sizes, cached = set(), set()
         for r in range(args.rounds):
             text = await filler(self.client, self.servers[1], f"followup-{r}", args.cold_tokens)
             for server in in_turn(self.servers, r):
-                first = await chat(self.client, server, user(text), 16)
+                first = await chat(self.client, server, user(text), 32)
                 second = await chat(self.client, server, [*user(text), {"role": "assistant", "content": first.text},
                                                           *user(FOLLOW_UP)], 16)
                 cold[server.name].append(first.ttft)
+                rate[server.name].append(first.decode_rate)
                 warm[server.name].append(second.ttft)
                 sizes.add(f"{server.name} {first.prompt_tokens}")
                 cached.add(f"{server.name} {second.cached_tokens} of {second.prompt_tokens}")
-        best = {name: (min(cold[name]), min(warm[name])) for name in cold}
-        (lc, lw), (sc, sw) = best["localrun"], best["llama-server"]
+        best = {name: (min(cold[name]), min(warm[name]), max(rate[name])) for name in cold}
+        (lc, lw, lr), (sc, sw, sr) = best["localrun"], best["llama-server"]
         self.emit(markdown_table(
             [f"prefix cache (prompt tokens: {', '.join(sorted(sizes))})", "localrun", "llama-server", "ratio"],
             [["cold TTFT", f"{lc:.3f} s", f"{sc:.3f} s", ratio(lc, sc)],
+             ["decode after the cold prompt (32 tokens)", f"{lr:.1f} tok/s", f"{sr:.1f} tok/s", ratio(lr, sr)],
              ["follow-up turn TTFT", f"{lw:.3f} s", f"{sw:.3f} s", ratio(lw, sw)],
              ["follow-up / cold", f"{lw / lc:.3f}", f"{sw / sc:.3f}", ""]]))
         self.emit(f"Follow-up prompt tokens found in the cache: {', '.join(sorted(cached))}")
