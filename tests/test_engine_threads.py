@@ -3,14 +3,22 @@ in, a decision out, with the clock driven by the test."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
+import time
+
+import pytest
+
+from localrun.engine.cpuuse import CpuMeter, CpuUse
 from localrun.engine.threads import ThreadTuner
 
 
 class Machine:
-    """A simulated decode loop: seconds per token for each thread count, and a clock."""
+    """A simulated decode loop: seconds per token for each thread count, a clock, and (when `use` is
+    set) what /proc would say the other programs do."""
 
-    def __init__(self, tuner: ThreadTuner, rates: dict[int, float]) -> None:
-        self.tuner, self.rates, self.now, self.used = tuner, rates, 0.0, []
+    def __init__(self, tuner: ThreadTuner, rates: dict[int, float], use: CpuUse | None = None) -> None:
+        self.tuner, self.rates, self.now, self.used, self.use = tuner, rates, 0.0, [], use
 
     def run(self, seconds: float, rows: int = 1) -> None:
         end = self.now + seconds
@@ -19,7 +27,7 @@ class Machine:
             step = rows / self.rates[threads]
             self.now += step
             self.used.append(threads)
-            self.tuner.record(threads, rows, step, self.now)
+            self.tuner.record(threads, rows, step, self.now, self.use)
 
     def share(self, threads: int) -> float:
         return self.used.count(threads) / len(self.used)
@@ -85,3 +93,84 @@ def test_ignores_steps_timed_with_other_threads():
     tuner = ThreadTuner(2, window=2)
     tuner.record(1, 1, 100.0, 0.0)  # not the thread count it asked for
     assert tuner.threads == 2 and tuner.switches == 0
+
+
+# What /proc shows on the 2-core machine: the daemon and a client take a little; a spin loop a core.
+QUIET = CpuUse(others=0.08, idle=0.0)  # decoding on both cores, nothing else running
+SPIN = CpuUse(others=1.1, idle=0.0)  # with one decode thread or two: no core idle
+FREED = CpuUse(others=0.08, idle=0.9)  # one decode thread, the spin loop gone
+
+
+def test_with_cpu_use_known_an_idle_machine_pays_for_no_trials():
+    machine = Machine(ThreadTuner(2), IDLE, QUIET)
+    machine.run(120)
+    assert machine.tuner.trials == 0 and machine.share(1) == 0
+
+
+def test_with_cpu_use_known_a_busy_core_is_still_noticed_at_once():
+    machine = Machine(ThreadTuner(2), BUSY, SPIN)
+    machine.run(1.0)
+    assert machine.tuner.current == 1
+    assert machine.used[:8] == [2, 2, 2, 2, 1, 1, 1, 1]
+
+
+def test_a_program_taking_a_core_mid_stream_costs_one_slow_step():
+    """Beside a spin loop every step on both cores stalls (up to a second each here); a trial would
+    judge against timings from before it came. With /proc saying another program took a core and the
+    step much slower than usual, the tuner drops a thread at once."""
+    machine = Machine(ThreadTuner(2), IDLE, QUIET)
+    machine.run(10)
+    machine.rates = {2: 2.0, 1: 60.0}  # steps of half a second on both cores
+    machine.use = SPIN
+    machine.used.clear()
+    machine.run(2.0)
+    assert machine.used[:3] == [2, 1, 1] and machine.tuner.current == 1
+
+
+def test_a_slower_step_with_no_other_program_is_not_a_taken_core():
+    machine = Machine(ThreadTuner(2), IDLE, QUIET)
+    machine.run(10)
+    machine.rates = {2: 50.0, 1: 40.0}  # slower (heat, memory), but nobody else runs
+    machine.run(30)
+    assert machine.tuner.current == 2 and machine.tuner.trials == 0
+
+
+def test_a_freed_core_is_taken_back_within_steps_not_at_the_next_clock_trial():
+    machine = Machine(ThreadTuner(2), BUSY, SPIN)
+    machine.run(20)  # long enough for trials to lose and the clock to back off
+    assert machine.tuner.current == 1
+    machine.used.clear()
+    machine.run(30)
+    assert machine.share(2) == 0  # no core idle: no trial of two threads costs anything
+    machine.rates, machine.use = IDLE, FREED
+    machine.used.clear()
+    machine.run(0.5)
+    assert machine.tuner.current == 2
+    assert machine.used.index(2) <= 8  # within a window of steps; the clock alone waited up to 16 s
+
+
+def test_a_freed_core_that_does_not_help_is_not_tried_over_and_over():
+    machine = Machine(ThreadTuner(2), {2: 50.0, 1: 73.0}, FREED)  # an idle core, yet two threads lose
+    machine.tuner.current = 1
+    machine.run(60)
+    assert machine.tuner.current == 1
+    assert machine.share(2) < 0.05
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="/proc")
+def test_the_cpu_meter_counts_another_process_and_not_this_one():
+    """/proc's view (Linux): a spinning child shows in `others`; this process's own time does not."""
+    meter = CpuMeter(interval=0.0)
+    assert meter.sample(time.perf_counter()) is None  # a first look has nothing to compare with
+    child = subprocess.Popen([sys.executable, "-c", "import time\nend = time.time() + 0.6\nwhile time.time() < end: pass"])
+    try:
+        time.sleep(0.5)
+        use = meter.sample(time.perf_counter())
+    finally:
+        child.wait()
+    assert use is not None and use.others >= 0.3
+    meter.sample(time.perf_counter())
+    end = time.perf_counter() + 0.4
+    while time.perf_counter() < end:  # this process busy, nothing else
+        pass
+    assert meter.sample(time.perf_counter()).others < use.others

@@ -16,6 +16,7 @@ import llama_cpp as L
 
 from localrun.engine import chat_template
 from localrun.engine.backend import Batch, Model, extra_buffer_types, has_gpu, init_backend, new_context
+from localrun.engine.cpuuse import CpuMeter
 from localrun.engine.detokenizer import Detokenizer
 from localrun.engine.drafts import Drafter
 from localrun.engine.embed import Embedder
@@ -57,6 +58,7 @@ class Engine:
         self.cpu_plan = init_backend()
         self.model = Model(model_path, settings.gpu_layers, settings.safe_mode, settings.rpc)
         self._tuner = ThreadTuner(physical_cores()) if settings.threads is None else None
+        self._cpu = CpuMeter(now=time.perf_counter())  # what the other programs do, for the tuner
         self._threads = self._tuner.threads if self._tuner else settings.threads
         # RPC workers do not count as a GPU here: they may compute on CPUs, whose flash-attention kernel would
         # make batched answers differ from solo ones; LOCALRUN_FLASH_ATTN=auto lets llama.cpp choose for them.
@@ -237,7 +239,7 @@ class Engine:
                 self.scheduler.slots[c.seq.slot].first = max(0, L.llama_memory_seq_pos_min(self.memory, c.seq.slot))
         if self._tuner and decoding:
             end = time.perf_counter()
-            self._tuner.record(threads, self.batch.n, end - start, end)
+            self._tuner.record(threads, self.batch.n, end - start, end, self._cpu.sample(end))
 
     def _tuned_threads(self, decoding: bool) -> int:
         """The tuner's choice; a trial runs on decode calls only (they are what it measures), so a

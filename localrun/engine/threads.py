@@ -9,12 +9,24 @@ its mind every few seconds. The tuner starts at the physical core count, tries t
 slower than it was, and otherwise on a clock whose period doubles while trials keep losing. A
 hopeless trial ends after two steps and a decisive one after three, so trials stay cheap both on an
 idle machine and on a busy one.
+
+Where the engine can see what the other programs do (`cpuuse.CpuUse`, from /proc), that decides
+too: with all cores in use, fewer threads are tried only while other programs take CPU time (on an
+idle machine such a trial can only lose); with fewer, more are tried as soon as a core is idle
+(a single thread decodes as fast beside a busy core as without it, so timings alone would wait for
+the clock) and not while none is.
 """
 
 from __future__ import annotations
 
 from collections import deque
 from statistics import median
+
+from localrun.engine.cpuuse import CpuUse
+
+BUSY_ELSEWHERE = 0.3  # cores' worth of time other programs take before fewer threads may win
+TAKEN = 0.6  # ... and before a sudden slowdown means one of the cores is theirs
+FREE_CORE = 0.7  # idle cores' worth that makes one more thread worth a trial
 
 
 class ThreadTuner:
@@ -36,6 +48,7 @@ class ThreadTuner:
         self._trial: list[float] = []
         self._trial_threads: int | None = None
         self._next_trial: float | None = None  # None: as soon as the first window is full
+        self._trial_ended = float("-inf")
         self.switches = 0
         self.trials = 0
 
@@ -47,7 +60,8 @@ class ThreadTuner:
     def threads(self) -> int:
         return self._trial_threads or self.current
 
-    def record(self, threads: int, n_tokens: int, seconds: float, now: float) -> None:
+    def record(self, threads: int, n_tokens: int, seconds: float, now: float, use: CpuUse | None = None) -> None:
+        """One decode step's time; `use` is what the machine's CPUs did lately (None: unknown)."""
         if not self.enabled or n_tokens <= 0 or threads != self.threads:
             return
         per_token = seconds / n_tokens
@@ -56,15 +70,43 @@ class ThreadTuner:
             self._judge_trial(now)
             return
         self._baseline.append(per_token)
+        if self._taken(use, per_token):
+            self._switch(self._alternative(), now)
+            return
         if len(self._baseline) < (self.window // 2 if self._next_trial is None else self.window):
             return  # the first trial comes after half a window: a busy core shows at once
         level = median(self._baseline)
         usual = self._usual.setdefault(self.current, level)
         self._usual[self.current] = min(usual, level)
         due = self._next_trial is None or now >= self._next_trial
-        if due or level > usual * self.slowdown:
+        if not self._could_win(use):
+            if due:
+                self._next_trial = now + self.period  # nothing to try now; look again then
+        elif due or level > usual * self.slowdown or self._freed(use, now):
             self._trial_threads, self._trial = self._alternative(), []
             self.trials += 1
+
+    def _taken(self, use: CpuUse | None, per_token: float) -> bool:
+        """A core taken by another program, with all cores decoding and the step much slower than
+        usual: one thread fewer at once. A trial would compare against timings from before the
+        program came, and every step of all cores beside a spin loop costs up to a second here."""
+        usual = self._usual.get(self.current)
+        return (use is not None and self.current == self.max_threads and use.others >= TAKEN
+                and usual is not None and per_token > usual * self.slowdown)
+
+    def _could_win(self, use: CpuUse | None) -> bool:
+        """Whether the other choice can win on the machine as `use` shows it (unknown: it may)."""
+        if use is None:
+            return True
+        if self.current == self.max_threads:
+            return use.others >= BUSY_ELSEWHERE
+        return use.idle >= FREE_CORE
+
+    def _freed(self, use: CpuUse | None, now: float) -> bool:
+        """A core went idle while decoding with fewer threads: try more before the clock says so, but
+        not again at once if the trial loses (a quarter of the backed-off period after the last one)."""
+        return (use is not None and self.current < self.max_threads and use.idle >= FREE_CORE
+                and now - self._trial_ended >= self.period / 4)
 
     def _alternative(self) -> int:
         return self.max_threads - 1 if self.current == self.max_threads else self.max_threads
@@ -75,16 +117,23 @@ class ThreadTuner:
         decisive = len(self._trial) >= 3 and max(self._trial) < level / 2
         if not (hopeless or decisive) and len(self._trial) < self.window:
             return
-        if decisive or not hopeless and median(self._trial) < level * (1 - self.margin):
-            self.current = self._trial_threads
-            self.switches += 1
-            self._baseline.clear()
-            self.period = self.min_period
-        else:
-            self._usual[self.current] = level  # the machine as it is now: only a further slowdown re-triggers
-            self.period = min(2 * self.period, self.max_period)
-        self._trial_threads, self._trial = None, []
+        won = decisive or not hopeless and median(self._trial) < level * (1 - self.margin)
+        threads, self._trial_threads, self._trial = self._trial_threads, None, []
+        if won:
+            self._switch(threads, now)
+            return
+        self._usual[self.current] = level  # the machine as it is now: only a further slowdown re-triggers
+        self.period = min(2 * self.period, self.max_period)
         self._next_trial = now + self.period
+        self._trial_ended = now
+
+    def _switch(self, threads: int, now: float) -> None:
+        self.current = threads
+        self.switches += 1
+        self._baseline.clear()
+        self.period = self.min_period
+        self._next_trial = now + self.period
+        self._trial_ended = now
 
 
 __all__ = ["ThreadTuner"]

@@ -1,0 +1,64 @@
+"""What the machine's CPUs did lately, from /proc: the thread tuner's view of the other programs.
+
+Decode timings alone cannot tell the tuner when a busy core frees up: a single thread decodes as
+fast beside a spin loop as without it, so the fewer-threads choice would look right until the next
+trial on the clock, seconds later. Nor can they tell that an idle machine has nothing to gain from a
+trial of fewer threads, which only costs. /proc/stat's busy and idle time, less this process's own
+(/proc/self/stat), says both. Where /proc is missing (macOS, Windows) `sample` returns None and the
+tuner keeps to its clock.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True, slots=True)
+class CpuUse:
+    """Cores' worth of time over the last interval: used by other processes, and idle."""
+
+    others: float
+    idle: float
+
+
+class CpuMeter:
+    """Samples /proc at most every `interval` seconds; between samples `sample` repeats the last."""
+
+    def __init__(self, interval: float = 0.1, now: float | None = None) -> None:
+        self.interval = interval
+        self._tick = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+        self._last: tuple[float, int, int, int] | None = None  # (time, busy, idle, own) in ticks
+        self._use: CpuUse | None = None
+        if now is not None:  # a first reading now, so that the first sample an interval later has a value
+            self.sample(now)
+
+    def sample(self, now: float) -> CpuUse | None:
+        if self._last is not None and now - self._last[0] < self.interval:
+            return self._use
+        counters = _read_counters()
+        if counters is None:
+            return None
+        if self._last is not None:
+            seconds = (now - self._last[0]) * self._tick
+            busy, idle, own = (new - old for new, old in zip(counters, self._last[1:]))
+            self._use = CpuUse(others=max(0.0, busy - own) / seconds, idle=idle / seconds)
+        self._last = (now, *counters)
+        return self._use
+
+
+def _read_counters() -> tuple[int, int, int] | None:
+    """(busy, idle, own) clock ticks since boot: all CPUs' busy time (steal included: a VM's vCPU that
+    the host gave away is not free), their idle time, and this process's user + system time."""
+    try:
+        with open("/proc/stat", encoding="ascii") as f:
+            fields = [int(x) for x in f.readline().split()[1:9]]
+        with open("/proc/self/stat", encoding="ascii") as f:
+            own = f.read().rpartition(")")[2].split()  # the command name may hold spaces and parentheses
+    except (OSError, ValueError):
+        return None
+    user, nice, system, idle, iowait, irq, softirq, steal = fields
+    return user + nice + system + irq + softirq + steal, idle + iowait, int(own[11]) + int(own[12])
+
+
+__all__ = ["CpuMeter", "CpuUse"]
