@@ -3,6 +3,7 @@ in, a decision out, with the clock driven by the test."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import time
@@ -174,3 +175,31 @@ def test_the_cpu_meter_counts_another_process_and_not_this_one():
     while time.perf_counter() < end:  # this process busy, nothing else
         pass
     assert meter.sample(time.perf_counter()).others < use.others
+
+
+MEASURE_ON = """
+import os, sys, time
+from localrun.engine.cpuuse import CpuMeter
+for cpu in map(int, sys.argv[1:]):
+    os.sched_setaffinity(0, {cpu})
+    meter = CpuMeter(interval=0.0, now=time.perf_counter())
+    time.sleep(0.4)
+    print(meter.sample(time.perf_counter()).others)
+"""
+
+
+@pytest.mark.skipif(not hasattr(os, "sched_setaffinity") or len(os.sched_getaffinity(0)) < 2,
+                    reason="needs CPU affinity and two CPUs")
+def test_the_cpu_meter_looks_only_at_the_cpus_this_process_may_run_on():
+    """A container pinned to some of a host's CPUs must not count the rest as its competition."""
+    mine, theirs = sorted(os.sched_getaffinity(0))[:2]
+    spin = f"import os, time\nos.sched_setaffinity(0, {{{theirs}}})\nend = time.time() + 1.5\nwhile time.time() < end: pass"
+    child = subprocess.Popen([sys.executable, "-c", spin])
+    try:
+        time.sleep(0.2)
+        out = subprocess.run([sys.executable, "-c", MEASURE_ON, str(mine), str(theirs)], capture_output=True,
+                             text=True, check=True).stdout.split()
+    finally:
+        child.wait()
+    on_mine, on_theirs = map(float, out)
+    assert on_mine < 0.3 <= on_theirs

@@ -13,6 +13,8 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
+from localrun.engine.settings import allowed_cpus
+
 
 @dataclass(frozen=True, slots=True)
 class CpuUse:
@@ -48,17 +50,27 @@ class CpuMeter:
 
 
 def _read_counters() -> tuple[int, int, int] | None:
-    """(busy, idle, own) clock ticks since boot: all CPUs' busy time (steal included: a VM's vCPU that
-    the host gave away is not free), their idle time, and this process's user + system time."""
+    """(busy, idle, own) clock ticks since boot: the busy time of the CPUs this process may run on
+    (steal included: a VM's vCPU that the host gave away is not free), their idle time, and this
+    process's user + system time. Only those CPUs: in a container pinned to 2 of a host's 64, the
+    other 62 are somebody else's business."""
+    allowed = {f"cpu{n}" for n in allowed_cpus()}
+    busy = idle = 0
     try:
         with open("/proc/stat", encoding="ascii") as f:
-            fields = [int(x) for x in f.readline().split()[1:9]]
+            for line in f:
+                name, *fields = line.split(maxsplit=9)[:9]
+                if name in allowed:
+                    user, nice, system, idle_, iowait, irq, softirq, steal = map(int, fields)
+                    busy += user + nice + system + irq + softirq + steal
+                    idle += idle_ + iowait
+                elif not name.startswith("cpu"):
+                    break  # the per-CPU lines come first
         with open("/proc/self/stat", encoding="ascii") as f:
             own = f.read().rpartition(")")[2].split()  # the command name may hold spaces and parentheses
     except (OSError, ValueError):
         return None
-    user, nice, system, idle, iowait, irq, softirq, steal = fields
-    return user + nice + system + irq + softirq + steal, idle + iowait, int(own[11]) + int(own[12])
+    return busy, idle, int(own[11]) + int(own[12])
 
 
 __all__ = ["CpuMeter", "CpuUse"]

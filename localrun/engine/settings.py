@@ -26,7 +26,7 @@ def physical_cores() -> int:
 
     Decoding is memory-bound: a second hyperthread on the same core adds contention, not speed.
     """
-    allowed = _allowed_cpus()
+    allowed = allowed_cpus()
     cores = set()
     for cpu in allowed:
         siblings = _read(f"/sys/devices/system/cpu/cpu{cpu}/topology/thread_siblings_list")
@@ -34,7 +34,8 @@ def physical_cores() -> int:
     return max(1, len(cores))
 
 
-def _allowed_cpus() -> list[int]:
+def allowed_cpus() -> list[int]:
+    """The CPUs this process may run on (its affinity: taskset, a container's cpuset)."""
     try:
         return sorted(os.sched_getaffinity(0))
     except AttributeError:  # macOS, Windows
@@ -49,4 +50,4 @@ def _read(path: str) -> str:
         return ""
 
 
-__all__ = ["physical_cores", "resolve_flash_attn"]
+__all__ = ["allowed_cpus", "physical_cores", "resolve_flash_attn"]
