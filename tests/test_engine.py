@@ -443,6 +443,39 @@ def test_a_thread_trial_runs_on_decode_steps_only(smollm2_path):
         assert llama_cpp.llama_n_threads(eng.ctx) == 1  # the trial's own steps
 
 
+def test_a_step_stopped_by_the_stall_watch_runs_again_on_fewer_threads_with_the_same_tokens(smollm2_path):
+    """When another program stalls a decode step on all cores, the stall watch stops it; llama.cpp
+    takes its tokens back out of the cache and the engine runs the same step on one thread fewer.
+    Stopped here at once, in several steps of batched answers: every answer equals its answer
+    unstopped."""
+    settings = EngineSettings(parallel=2, ctx_size=512)
+    with Engine(str(smollm2_path), settings) as eng:
+        if eng._stall is None:
+            pytest.skip("no stall watch here (one core, or no libc strlen or schedstat)")
+        prompts = PROMPTS[:2]
+
+        def answers(tag: str) -> list[list[int]]:
+            for i, p in enumerate(prompts):
+                eng.add(Request(f"{tag}{i}", eng.tokenize(p), SamplingParams(max_tokens=48, **GREEDY)))
+            runs = drain(eng, {})
+            return [runs[f"{tag}{i}"].tokens for i in range(len(prompts))]
+
+        plain = answers("p")
+        stopped: list[int] = []
+        begin = eng._stall.begin
+
+        def stop_at_once(limit: float) -> None:  # as the watch does when it sees the threads wait
+            begin(limit)
+            if len(stopped) < 4:
+                stopped.append(eng.threads)
+                eng._stall.stop()
+
+        eng._stall.begin = stop_at_once
+        assert answers("s") == plain
+        assert stopped and all(threads == eng._tuner.max_threads for threads in stopped)
+        assert eng._tuner.switches >= len(stopped)  # each stop dropped a thread
+
+
 def test_model_load_error(tmp_path):
     bad = tmp_path / "bad.gguf"
     bad.write_bytes(b"GGUF" + b"\0" * 64)

@@ -11,6 +11,7 @@ import time
 import pytest
 
 from localrun.engine.cpuuse import CpuMeter, CpuUse
+from localrun.engine.stallwatch import StallWatch
 from localrun.engine.threads import ThreadTuner
 
 
@@ -203,3 +204,46 @@ def test_the_cpu_meter_looks_only_at_the_cpus_this_process_may_run_on():
         child.wait()
     on_mine, on_theirs = map(float, out)
     assert on_mine < 0.3 <= on_theirs
+
+
+def test_a_stall_limit_exists_only_on_all_cores_with_a_usual_step_length():
+    tuner = ThreadTuner(2)
+    assert tuner.stall_limit(1) is None  # nothing known yet
+    machine = Machine(tuner, IDLE, QUIET)
+    machine.run(5)
+    assert tuner.stall_limit(1) == pytest.approx(max(0.02, 3 / 112.0), rel=0.05)
+    assert tuner.stall_limit(8) == pytest.approx(8 * 3 / 112.0, rel=0.05)
+    tuner.stalled(machine.now)
+    assert tuner.current == 1 and tuner.stall_limit(1) is None  # nothing fewer to fall back to
+
+
+def test_the_stall_watch_stops_a_step_only_while_this_process_waits_for_a_cpu():
+    """A "step" (this thread spinning) with another process spinning on the same CPU: the watch sees
+    this process's threads waiting for the CPU and stops it; alone on the CPU it runs on."""
+    if not (hasattr(os, "sched_setaffinity") and StallWatch.available()):
+        pytest.skip("needs CPU affinity, libc and /proc/self/task/*/schedstat")
+    cpu = min(os.sched_getaffinity(0))
+    before = os.sched_getaffinity(0)
+    os.sched_setaffinity(0, {cpu})  # this thread, and the watch's thread started from it
+    watch = StallWatch()
+    try:
+        assert not step_watched(watch)
+        spin = f"import os, time\nos.sched_setaffinity(0, {{{cpu}}})\nend = time.time() + 2\nwhile time.time() < end: pass"
+        child = subprocess.Popen([sys.executable, "-c", spin])
+        try:
+            time.sleep(0.2)
+            assert step_watched(watch)
+        finally:
+            child.kill()
+            child.wait()
+    finally:
+        watch.close()
+        os.sched_setaffinity(0, before)
+
+
+def step_watched(watch: StallWatch, limit: float = 0.05, seconds: float = 0.4) -> bool:
+    watch.begin(limit)
+    end = time.perf_counter() + seconds
+    while time.perf_counter() < end:
+        pass
+    return watch.end()

@@ -27,6 +27,7 @@ from localrun.engine.sampler import Sampler
 from localrun.engine.scheduler import Chunk, Copy, Scheduler, Trim
 from localrun.engine.scoring import Scorer
 from localrun.engine.sequence import Request, Sequence, Status
+from localrun.engine.stallwatch import StallWatch
 from localrun.config import EngineSettings
 from localrun.engine.settings import physical_cores, resolve_flash_attn
 from localrun.engine.stops import StopMatcher
@@ -35,6 +36,7 @@ from localrun.errors import ContextOverflow, InvalidRequest, LocalrunError
 from localrun.sampling import MAX_DRAFT, SamplingParams
 
 WARM_UP_TEXT = "Warm up: a short text of a dozen tokens or so."
+ABORTED = 2  # llama_decode: the abort callback stopped it and the ubatch's tokens left the cache
 
 
 @dataclass(slots=True)
@@ -79,6 +81,11 @@ class Engine:
             raise
         self.memory = L.llama_get_memory(self.ctx)
         self.batch = Batch(settings.batch_size)
+        # A stopped step must leave the cache as it was: true of KV caches, not of a recurrent state.
+        watch = self._tuner is not None and self._tuner.enabled and can_cut and StallWatch.available()
+        self._stall = StallWatch() if watch else None
+        if self._stall:
+            self._stall.attach(self.ctx)
         self._warm_up()
         self.scheduler = Scheduler(settings.parallel, settings.batch_size, settings.ctx_size, can_cut, share=True,
                                    window=L.llama_model_n_swa(self.model.ptr))
@@ -230,7 +237,12 @@ class Engine:
         decoding = all(c.start >= c.seq.n_prompt and c.n == 1 for c in chunks)  # generated tokens only
         threads = self._tuned_threads(decoding)
         start = time.perf_counter()
-        status = self.batch.decode(self.ctx)
+        status, stopped = self._watched_decode() if decoding else (self.batch.decode(self.ctx), False)
+        if stopped:  # llama.cpp took the step's tokens back out of the cache: the same step, one thread fewer
+            self._tuner.stalled(time.perf_counter())
+            threads = self._tuned_threads(decoding)
+            start = time.perf_counter()
+            status = self.batch.decode(self.ctx)
         if status != 0:
             raise LocalrunError(f"llama_decode failed with status {status} ({self.batch.n} tokens)")
         self.scheduler.commit(chunks)
@@ -240,6 +252,17 @@ class Engine:
         if self._tuner and decoding:
             end = time.perf_counter()
             self._tuner.record(threads, self.batch.n, end - start, end, self._cpu.sample(end))
+
+    def _watched_decode(self) -> tuple[int, bool]:
+        """A decode step that the stall watch may stop once it runs past the tuner's limit while
+        another program holds a core (`stallwatch.py`): llama_decode's status, and whether it was stopped."""
+        limit = self._tuner.stall_limit(self.batch.n) if self._stall else None
+        if limit is None:
+            return self.batch.decode(self.ctx), False
+        self._stall.begin(limit)
+        status = self.batch.decode(self.ctx)
+        stopped = self._stall.end() and status == ABORTED
+        return status, stopped
 
     def _tuned_threads(self, decoding: bool) -> int:
         """The tuner's choice; a trial runs on decode calls only (they are what it measures), so a
@@ -455,6 +478,9 @@ class Engine:
                 helper.close()
         self._embedder = self._scorer = None
         self.batch.free()
+        if self._stall:
+            self._stall.close()
+            self._stall = None
         if self.ctx:
             L.llama_free(self.ctx)
             self.ctx = None

@@ -27,6 +27,8 @@ from localrun.engine.cpuuse import CpuUse
 BUSY_ELSEWHERE = 0.3  # cores' worth of time other programs take before fewer threads may win
 TAKEN = 0.6  # ... and before a sudden slowdown means one of the cores is theirs
 FREE_CORE = 0.7  # idle cores' worth that makes one more thread worth a trial
+STALL = 3.0  # a decode step this many times its usual length may be stopped and run on fewer threads
+MIN_STALL = 0.02  # seconds: shorter steps are over before a watch could look twice
 
 
 class ThreadTuner:
@@ -85,6 +87,20 @@ class ThreadTuner:
         elif due or level > usual * self.slowdown or self._freed(use, now):
             self._trial_threads, self._trial = self._alternative(), []
             self.trials += 1
+
+    def stall_limit(self, n_tokens: int) -> float | None:
+        """How long a decode step of `n_tokens` may run on all cores before a stall watch may stop it
+        (`stallwatch.py`): STALL times its usual length; None while there is nothing to fall back to
+        (fewer threads already, a trial running, or no usual length yet)."""
+        usual = self._usual.get(self.current)
+        if usual is None or self.current != self.max_threads or self._trial_threads is not None:
+            return None
+        return max(MIN_STALL, usual * n_tokens * STALL)
+
+    def stalled(self, now: float) -> None:
+        """A step on all cores was stopped because another program took one: one thread fewer now."""
+        if self.current == self.max_threads and self._trial_threads is None:
+            self._switch(self._alternative(), now)
 
     def _taken(self, use: CpuUse | None, per_token: float) -> bool:
         """A core taken by another program, with all cores decoding and the step much slower than
