@@ -97,7 +97,8 @@ class StallWatch:
             if step is None:
                 if now - idle_since > IDLE_AFTER:
                     self._busy.clear()
-                    self._busy.wait()
+                    if self._step is None:  # a step begun since the look above has set it again
+                        self._busy.wait()
                     idle_since = time.perf_counter()
                 continue
             idle_since = now
