@@ -97,7 +97,7 @@ class StallWatch:
             if step is None:
                 if now - idle_since > IDLE_AFTER:
                     self._busy.clear()
-                    if self._step is None:  # a step begun since the look above has set it again
+                    if self._step is None and not self._closed:  # else a begin or close set it meanwhile
                         self._busy.wait()
                     idle_since = time.perf_counter()
                 continue
