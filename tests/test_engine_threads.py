@@ -203,7 +203,7 @@ def test_the_cpu_meter_looks_only_at_the_cpus_this_process_may_run_on():
     finally:
         child.wait()
     on_mine, on_theirs = map(float, out)
-    assert on_mine < 0.3 <= on_theirs
+    assert on_theirs - on_mine >= 0.5  # the spinner counts only where it runs
 
 
 def test_a_stall_limit_exists_only_on_all_cores_with_a_usual_step_length():
