@@ -14,7 +14,8 @@ Where the engine can see what the other programs do (`cpuuse.CpuUse`, from /proc
 too: with all cores in use, fewer threads are tried only while other programs take CPU time (on an
 idle machine such a trial can only lose); with fewer, more are tried as soon as a core is idle
 (a single thread decodes as fast beside a busy core as without it, so timings alone would wait for
-the clock) and not while none is.
+the clock) and not while none is. A step on all cores that another program stalls may be stopped
+mid-way (`stallwatch.py`, after `stall_limit`); `stalled` then drops a thread for its rerun.
 """
 
 from __future__ import annotations
