@@ -1,5 +1,6 @@
-"""The thread tuner keeps whichever thread count decodes faster, from recorded step times: plain data
-in, a decision out, with the clock driven by the test."""
+"""The thread tuner keeps whichever thread count decodes faster, from recorded step times and what
+/proc says the other programs do: plain data in, a decision out, with the clock driven by the test.
+The /proc readers themselves (the CPU meter, the stall watch) are tested against real processes."""
 
 from __future__ import annotations
 
