@@ -248,3 +248,22 @@ def step_watched(watch: StallWatch, limit: float = 0.05, seconds: float = 0.4) -
     while time.perf_counter() < end:
         pass
     return watch.end()
+
+
+def test_a_trial_ends_without_a_verdict_when_the_batch_changes_size():
+    """Time per token falls as a batch grows (8 rows cost less each than 1), so a trial begun on
+    single-row steps must not be judged on 8-row ones: that once made one thread look faster."""
+    tuner = ThreadTuner(2)
+    for step in range(4):
+        tuner.record(2, 1, 0.013, step * 0.013)
+    assert tuner.threads == 1  # the first trial has begun
+    tuner.record(1, 8, 0.087, 0.1)  # 10.9 ms a token: "faster" only because the batch grew
+    assert tuner.threads == 2 and tuner.current == 2 and tuner.switches == 0
+
+
+def test_the_cpu_meter_starts_over_after_an_idle_while():
+    """A reading across a long gap would count what others did while this process idled."""
+    meter = CpuMeter(interval=0.0, now=0.0, stale=1.0)
+    assert meter.sample(0.5) is not None
+    assert meter.sample(5.0) is None  # starts over
+    assert meter.sample(5.2) is not None

@@ -25,10 +25,12 @@ class CpuUse:
 
 
 class CpuMeter:
-    """Samples /proc at most every `interval` seconds; between samples `sample` repeats the last."""
+    """Samples /proc at most every `interval` seconds; between samples `sample` repeats the last. A
+    look `stale` seconds after the previous one starts over (None until an interval has passed): the
+    time between covers what others did while this process idled, not while it decodes."""
 
-    def __init__(self, interval: float = 0.1, now: float | None = None) -> None:
-        self.interval = interval
+    def __init__(self, interval: float = 0.1, now: float | None = None, stale: float = 1.0) -> None:
+        self.interval, self.stale = interval, stale
         self._tick = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
         self._last: tuple[float, int, int, int] | None = None  # (time, busy, idle, own) in ticks
         self._use: CpuUse | None = None
@@ -41,7 +43,9 @@ class CpuMeter:
         counters = _read_counters()
         if counters is None:
             return None
-        if self._last is not None:
+        if self._last is not None and now - self._last[0] > self.stale:
+            self._use = None
+        elif self._last is not None:
             seconds = (now - self._last[0]) * self._tick
             busy, idle, own = (new - old for new, old in zip(counters, self._last[1:]))
             self._use = CpuUse(others=max(0.0, busy - own) / seconds, idle=idle / seconds)

@@ -52,6 +52,7 @@ class ThreadTuner:
         self._trial_threads: int | None = None
         self._next_trial: float | None = None  # None: as soon as the first window is full
         self._trial_ended = float("-inf")
+        self._rows = 0  # tokens in the last baseline step: a trial compares steps of that size only
         self.switches = 0
         self.trials = 0
 
@@ -69,9 +70,13 @@ class ThreadTuner:
             return
         per_token = seconds / n_tokens
         if self._trial_threads is not None:
+            if n_tokens != self._rows:  # the batch changed size: its time per token compares with nothing
+                self._end_trial(now)
+                return
             self._trial.append(per_token)
             self._judge_trial(now)
             return
+        self._rows = n_tokens
         self._baseline.append(per_token)
         if self._taken(use, per_token):
             self._switch(self._alternative(), now)
@@ -135,11 +140,16 @@ class ThreadTuner:
         if not (hopeless or decisive) and len(self._trial) < self.window:
             return
         won = decisive or not hopeless and median(self._trial) < level * (1 - self.margin)
-        threads, self._trial_threads, self._trial = self._trial_threads, None, []
         if won:
+            threads, self._trial_threads, self._trial = self._trial_threads, None, []
             self._switch(threads, now)
             return
         self._usual[self.current] = level  # the machine as it is now: only a further slowdown re-triggers
+        self._end_trial(now)
+
+    def _end_trial(self, now: float) -> None:
+        """A trial that did not win: keep the current choice and look again later."""
+        self._trial_threads, self._trial = None, []
         self.period = min(2 * self.period, self.max_period)
         self._next_trial = now + self.period
         self._trial_ended = now
