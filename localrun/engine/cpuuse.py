@@ -5,7 +5,8 @@ fast beside a spin loop as without it, so the fewer-threads choice would look ri
 trial on the clock, seconds later. Nor can they tell that an idle machine has nothing to gain from a
 trial of fewer threads, which only costs. /proc/stat's busy and idle time, less this process's own
 (/proc/self/stat), says both. Where /proc is missing (macOS, Windows) `sample` returns None and the
-tuner keeps to its clock.
+tuner keeps to its clock. `run_delay` (this process's threads waiting for a CPU, in ns) is the finer
+signal the stall watch needs within a single step.
 """
 
 from __future__ import annotations
@@ -77,4 +78,23 @@ def _read_counters() -> tuple[int, int, int] | None:
     return busy, idle, int(own[11]) + int(own[12])
 
 
-__all__ = ["CpuMeter", "CpuUse"]
+def run_delay() -> int | None:
+    """Nanoseconds this process's threads have spent runnable but waiting for a CPU (None where the
+    kernel does not say). A thread that ends meanwhile is left out: the delay can only be undercounted."""
+    total = 0
+    try:
+        tids = os.listdir("/proc/self/task")
+    except OSError:
+        return None
+    for tid in tids:
+        try:
+            with open(f"/proc/self/task/{tid}/schedstat", encoding="ascii") as f:
+                total += int(f.read().split()[1])
+        except FileNotFoundError:
+            continue
+        except (OSError, ValueError, IndexError):
+            return None
+    return total
+
+
+__all__ = ["CpuMeter", "CpuUse", "run_delay"]

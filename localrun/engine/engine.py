@@ -60,7 +60,7 @@ class Engine:
         self.cpu_plan = init_backend()
         self.model = Model(model_path, settings.gpu_layers, settings.safe_mode, settings.rpc)
         self._tuner = ThreadTuner(physical_cores()) if settings.threads is None else None
-        self._cpu = CpuMeter(now=time.perf_counter())  # what the other programs do, for the tuner
+        self._cpu = CpuMeter(now=time.perf_counter()) if self._tuner else None  # what other programs do, for the tuner
         self._threads = self._tuner.threads if self._tuner else settings.threads
         # RPC workers do not count as a GPU here: they may compute on CPUs, whose flash-attention kernel would
         # make batched answers differ from solo ones; LOCALRUN_FLASH_ATTN=auto lets llama.cpp choose for them.

@@ -17,11 +17,12 @@ run delay in /proc/self/task/*/schedstat): a step that is slow for another reaso
 from __future__ import annotations
 
 import ctypes
-import os
 import threading
 import time
 
 import llama_cpp as L
+
+from localrun.engine.cpuuse import run_delay
 
 TICK = 0.05  # seconds between the watcher's looks at a running step: a stall lasts far longer
 WAITING = 0.25  # threads' worth of run delay per second of step that means the CPUs are taken
@@ -34,7 +35,7 @@ class StallWatch:
 
     def __init__(self) -> None:
         self._flag = ctypes.create_string_buffer(2)
-        self._callback = L.ggml_abort_callback(ctypes.cast(ctypes.CDLL(None).strlen, ctypes.c_void_p).value)
+        self._callback = L.ggml_abort_callback(_strlen())
         self._ctx = None
         self._lock = threading.Lock()
         self._step: tuple[int, float, float] | None = None  # (number, began, limit in seconds)
@@ -47,11 +48,7 @@ class StallWatch:
     @staticmethod
     def available() -> bool:
         """Whether this machine has what the watch needs: libc's strlen and per-thread schedstat."""
-        try:
-            ctypes.CDLL(None).strlen
-        except (OSError, AttributeError):
-            return False
-        return _run_delay() is not None
+        return _strlen() is not None and run_delay() is not None
 
     def attach(self, ctx) -> None:
         """Make this watch's flag the llama context's abort callback, until `close`."""
@@ -63,7 +60,8 @@ class StallWatch:
             self._count += 1
             self._step = (self._count, time.perf_counter(), limit)
             self._flag[0] = b"\x00"
-        self._busy.set()
+        if not self._busy.is_set():  # the watcher sleeps: wake it (awake, it looks on its own)
+            self._busy.set()
 
     def end(self) -> bool:
         with self._lock:
@@ -106,9 +104,17 @@ class StallWatch:
             if now - began < limit / 2:
                 continue
             if since is None or since[0] != number:
-                since = (number, now, _run_delay())
-            elif now - began >= limit and _stalled(since[1], since[2], now, _run_delay()):
+                since = (number, now, run_delay())
+            elif now - began >= limit and _stalled(since[1], since[2], now, run_delay()):
                 self.stop(number)
+
+
+def _strlen() -> int | None:
+    """The address of libc's strlen, or None where this process has no C library to ask."""
+    try:
+        return ctypes.cast(ctypes.CDLL(None).strlen, ctypes.c_void_p).value
+    except (OSError, AttributeError):
+        return None
 
 
 def _stalled(t0: float, delay0: int | None, t1: float, delay1: int | None) -> bool:
@@ -116,25 +122,6 @@ def _stalled(t0: float, delay0: int | None, t1: float, delay1: int | None) -> bo
     if delay0 is None or delay1 is None or t1 <= t0:
         return False
     return (delay1 - delay0) / 1e9 / (t1 - t0) >= WAITING
-
-
-def _run_delay() -> int | None:
-    """Nanoseconds this process's threads have spent runnable but waiting for a CPU (None where the
-    kernel does not say). A thread that ends meanwhile is left out: the delay can only be undercounted."""
-    total = 0
-    try:
-        tids = os.listdir("/proc/self/task")
-    except OSError:
-        return None
-    for tid in tids:
-        try:
-            with open(f"/proc/self/task/{tid}/schedstat", encoding="ascii") as f:
-                total += int(f.read().split()[1])
-        except FileNotFoundError:
-            continue
-        except (OSError, ValueError, IndexError):
-            return None
-    return total
 
 
 __all__ = ["StallWatch"]

@@ -125,10 +125,9 @@ class ThreadTuner:
         return use.idle >= FREE_CORE
 
     def _freed(self, use: CpuUse | None, now: float) -> bool:
-        """A core went idle while decoding with fewer threads: try more before the clock says so, but
-        not again at once if the trial loses (a quarter of the backed-off period after the last one)."""
-        return (use is not None and self.current < self.max_threads and use.idle >= FREE_CORE
-                and now - self._trial_ended >= self.period / 4)
+        """With fewer threads and `_could_win` saying a core is idle: try more before the clock says so,
+        but not again at once if the trial loses (a quarter of the backed-off period after the last one)."""
+        return use is not None and self.current < self.max_threads and now - self._trial_ended >= self.period / 4
 
     def _alternative(self) -> int:
         return self.max_threads - 1 if self.current == self.max_threads else self.max_threads
