@@ -11,6 +11,8 @@ order swaps every round); each figure is the best of --rounds. Rows (pick with -
             under load equal its answers to the same prompts alone (a mismatch exits 1).
   followup  cold TTFT on a --cold-tokens prompt, decode tok/s after it, and a follow-up turn's TTFT
             (prefix cache) against the cold one.
+  mixed     one conversation with a --cold-tokens prompt (found in the prefix cache) decoding beside
+            --concurrency's largest count less one short streams: aggregate decode tok/s.
   split     where a single stream's time goes: each server's own decode time per token (its `timings`),
             with the answer streamed and not, and the time per token its client sees.
   busy      single-stream tok/s idle and with a spin loop keeping one core busy, and busy / idle.
@@ -54,7 +56,7 @@ from tests.daemon import free_port, start_daemon  # noqa: E402
 
 from localrun.store import Store  # noqa: E402
 
-ROWS = ("load", "followup", "split", "busy", "long")
+ROWS = ("load", "followup", "mixed", "split", "busy", "long")
 ANIMALS = ("fox", "cat", "owl", "bear", "wolf", "hare", "crow", "mole")
 SKILLS = ("sing", "swim", "cook", "paint", "dance", "read", "count", "fly")
 WORDS = ("garden river stone window morning lantern harbour market letter winter candle bridge meadow "
@@ -409,6 +411,27 @@ class Bench:
              ["follow-up turn TTFT", f"{lw:.3f} s", f"{sw:.3f} s", ratio(lw, sw)],
              ["follow-up / cold", f"{lw / lc:.3f}", f"{sw / sc:.3f}", ""]]))
         self.emit(f"Follow-up prompt tokens found in the cache: {', '.join(sorted(cached))}")
+
+    async def mixed(self) -> None:
+        """A long conversation decoding beside short chats: a server whose every decode row attends
+        over the longest cache's cells pays for it in every stream. The long prompt is sent once
+        first (2 tokens), so that in the measured run it comes from the prefix cache and all streams
+        decode together from the start."""
+        args, rates = self.args, defaultdict(list)
+        streams = max(args.concurrency)
+        for r in range(args.rounds):
+            long_prompt = user(await filler(self.client, self.servers[1], f"mixed-{r}", args.cold_tokens))
+            shorts = [user(p) for p in story_prompts(f"mixed{r}", streams - 1)]
+            for server in in_turn(self.servers, r):
+                await chat(self.client, server, long_prompt, 2)
+                answers = await asyncio.gather(*(chat(self.client, server, m, args.tokens)
+                                                 for m in (long_prompt, *shorts)))
+                rates[server.name].append(aggregate_rate(answers))
+        ours, theirs = max(rates["localrun"]), max(rates["llama-server"])
+        self.emit(markdown_table(
+            [f"1 conversation of {args.cold_tokens} prompt tokens + {streams - 1} short streams, {args.tokens} tokens each",
+             "localrun tok/s", "llama-server tok/s", "ratio"],
+            [["aggregate decode", f"{ours:.1f}", f"{theirs:.1f}", ratio(ours, theirs)]]))
 
     async def split(self) -> None:
         """Where one stream's time per token goes. Each server times its own decoding (`timings`), so

@@ -123,6 +123,35 @@ def test_long_prompt_arriving_while_others_decode(smollm2_path, solo):
         eng.close()
 
 
+def test_a_long_cache_decodes_in_a_call_of_its_own_and_every_answer_equals_solo(smollm2_path):
+    """Without flash attention every row of a llama_decode call attends over its longest stream's cells
+    (rounded up to 256): a 0.8k-token conversation's decode token goes in a call apart from seven short
+    ones (`decodecalls`), and that changes no answer."""
+    settings = dict(ctx_size=1024, threads=THREADS)
+    with Engine(str(smollm2_path), EngineSettings(parallel=1, **settings)) as alone_engine:
+        long_prompt = alone_engine.tokenize(" ".join(f"Item {i} is a {c}." for i, c in enumerate(["red box", "blue cup"] * 45)))
+        assert 768 < len(long_prompt) < 1000  # 1024 cells attended where the short ones need 256
+        prompts = [long_prompt, *(alone_engine.tokenize(p) for p in PROMPTS[:7])]
+        alone = [generate(alone_engine, p, f"s{i}", max_tokens=16, **GREEDY).tokens for i, p in enumerate(prompts)]
+    with Engine(str(smollm2_path), EngineSettings(parallel=8, **settings)) as eng:
+        for i, p in enumerate(prompts):
+            eng.add(Request(f"b{i}", p, SamplingParams(max_tokens=16, **GREEDY)))
+        tokens: dict[str, list[int]] = {f"b{i}": [] for i in range(8)}
+        calls_when_all_decode = []
+        while eng.has_work:
+            all_decode = len(eng.scheduler.running) == 8 and not any(q.prefilling for q in eng.scheduler.running)
+            calls = 0
+            for events in eng.calls():
+                calls += 1
+                for event in events:
+                    if isinstance(event, Token):
+                        tokens[event.request_id].append(event.token)
+            if all_decode:
+                calls_when_all_decode.append(calls)
+        assert calls_when_all_decode and set(calls_when_all_decode) == {2}
+        assert [tokens[f"b{i}"] for i in range(8)] == alone
+
+
 def test_concurrent_requests_with_one_prompt_evaluate_it_once_and_equal_solo(engine, solo):
     """The n choices of a request (or requests sharing a long system prompt) arriving together: the
     first evaluates the prompt, the others wait for it and get a copy of its slot's cache."""

@@ -17,6 +17,7 @@ import llama_cpp as L
 from localrun.engine import chat_template
 from localrun.engine.backend import Batch, Model, extra_buffer_types, has_gpu, init_backend, new_context
 from localrun.engine.cpuuse import CpuMeter
+from localrun.engine.decodecalls import call_cost
 from localrun.engine.detokenizer import Detokenizer
 from localrun.engine.drafts import Drafter
 from localrun.engine.embed import Embedder
@@ -37,6 +38,7 @@ from localrun.sampling import MAX_DRAFT, SamplingParams
 
 WARM_UP_TEXT = "Warm up: a short text of a dozen tokens or so."
 ABORTED = 2  # llama_decode: the abort callback stopped it and the ubatch's tokens left the cache
+F16_BYTES = 2
 
 
 @dataclass(slots=True)
@@ -62,6 +64,7 @@ class Engine:
         self._tuner = ThreadTuner(physical_cores()) if settings.threads is None else None
         self._cpu = CpuMeter(now=time.perf_counter()) if self._tuner else None  # what other programs do, for the tuner
         self._threads = self._tuner.threads if self._tuner else settings.threads
+        self._decoded = (self._threads, 0, 0.0)  # this step's decode calls so far: threads, tokens, seconds
         # RPC workers do not count as a GPU here: they may compute on CPUs, whose flash-attention kernel would
         # make batched answers differ from solo ones; LOCALRUN_FLASH_ATTN=auto lets llama.cpp choose for them.
         self.flash_attn = resolve_flash_attn(settings.flash_attn, settings.kv_cache_type, has_gpu())
@@ -87,8 +90,9 @@ class Engine:
         if self._stall:
             self._stall.attach(self.ctx)
         self._warm_up()
+        window = L.llama_model_n_swa(self.model.ptr)
         self.scheduler = Scheduler(settings.parallel, settings.batch_size, settings.ctx_size, can_cut, share=True,
-                                   window=L.llama_model_n_swa(self.model.ptr))
+                                   window=window, call_cost=self._decode_call_cost(can_cut and not window))
         self._embedder: Embedder | None = None
         self._scorer: Scorer | None = None
         self._eog: list[int] | None = None
@@ -108,6 +112,20 @@ class Engine:
             self.batch.add(token, pos, 0, pos == len(tokens) - 1)
         self.batch.decode(self.ctx)
         L.llama_memory_seq_rm(self.memory, 0, -1, -1)
+
+    def _decode_call_cost(self, plain_attention: bool) -> float | None:
+        """What another decode call costs in attended cells (`decodecalls`), where splitting a step's
+        decode tokens can pay: on CPUs, with a KV stream per slot and flash attention off (its kernel
+        skips masked cells), for models whose every layer attends over the whole cache (not a
+        sliding window's, not a recurrent state). None elsewhere: one call. Flash attention off means
+        an f16 cache (a quantized one turns it on)."""
+        if not plain_attention or self.flash_attn != "off" or self.settings.kv_unified or self.model.gpu_layers:
+            return None
+        ptr, arch = self.model.ptr, self.model.meta("general.architecture") or ""
+        key = int(self.model.meta(f"{arch}.attention.key_length") or L.llama_model_n_embd(ptr) // L.llama_model_n_head(ptr))
+        value = int(self.model.meta(f"{arch}.attention.value_length") or key)
+        cell_bytes = L.llama_model_n_layer(ptr) * L.llama_model_n_head_kv(ptr) * (key + value) * F16_BYTES
+        return call_cost(L.llama_model_size(ptr), cell_bytes)
 
     # -- requests ---------------------------------------------------------------------------
 
@@ -182,6 +200,7 @@ class Engine:
                 events.extend(self._sample(chunk, index))
             yield events
             events = []
+        self._record_decoding()
         if events:  # cancellations in a step with nothing to evaluate
             yield events
 
@@ -250,8 +269,16 @@ class Engine:
             for c in chunks:
                 self.scheduler.slots[c.seq.slot].first = max(0, L.llama_memory_seq_pos_min(self.memory, c.seq.slot))
         if self._tuner and decoding:
+            self._decoded = (threads, self._decoded[1] + self.batch.n, self._decoded[2] + time.perf_counter() - start)
+
+    def _record_decoding(self) -> None:
+        """Give the tuner the step's decode calls as one: a step may split its decode tokens into
+        calls of different sizes (`decodecalls`), but its tokens per second compare with other steps'."""
+        threads, tokens, seconds = self._decoded
+        if tokens:
             end = time.perf_counter()
-            self._tuner.record(threads, self.batch.n, end - start, end, self._cpu.sample(end))
+            self._tuner.record(threads, tokens, seconds, end, self._cpu.sample(end))
+            self._decoded = (threads, 0, 0.0)
 
     def _watched_decode(self) -> tuple[int, bool]:
         """A decode step that the stall watch may stop once it runs past the tuner's limit while

@@ -17,6 +17,7 @@ from __future__ import annotations
 from collections import deque
 from dataclasses import dataclass, field
 
+from localrun.engine.decodecalls import split_points
 from localrun.engine.sequence import Sequence, Status
 
 
@@ -64,14 +65,21 @@ class Copy:
 
 @dataclass(slots=True)
 class Plan:
-    """One step: the cache edits to make first, in order, then the chunks to decode."""
+    """One step: the cache edits to make first, in order, then the chunks to decode.
+
+    `call_cost`: what another call for decode tokens costs, in cells one row attends over
+    (`decodecalls.call_cost`); None: decode tokens always share one call. `cells`: a slot's KV stream size.
+    """
 
     chunks: list[Chunk] = field(default_factory=list)
     edits: list[Trim | Copy] = field(default_factory=list)
+    call_cost: float | None = None
+    cells: int = 1 << 30
 
     def batches(self) -> list[list[Chunk]]:
-        """The step as `llama_decode` calls: every decode token together, drafts of one length
-        together, then the prompt chunks in calls where each takes equally many tokens (`stairs`).
+        """The step as `llama_decode` calls: the decode tokens together (apart where a long cache would
+        make the others attend over its cells, `decodecalls`), drafts of one length together, then the
+        prompt chunks in calls where each takes equally many tokens (`stairs`).
 
         With a KV stream per slot llama.cpp splits a call into micro-batches holding equally many
         tokens of each sequence, taking sequences with consecutive ids together. A prompt chunk sharing
@@ -92,7 +100,13 @@ class Plan:
             else:
                 prompts.append(c)
         prompts.sort(key=lambda c: c.seq.slot)  # consecutive slots share micro-batches
-        return ([decodes] if decodes else []) + list(drafts.values()) + _pieces(prompts)
+        return self._decode_calls(decodes) + list(drafts.values()) + _pieces(prompts)
+
+    def _decode_calls(self, decodes: list[Chunk]) -> list[list[Chunk]]:
+        if not decodes or self.call_cost is None:
+            return [decodes] if decodes else []
+        cuts = split_points([(c.seq.slot, c.start + 1) for c in decodes], self.call_cost, self.cells)
+        return [decodes[a:b] for a, b in zip([0, *cuts], [*cuts, len(decodes)])]
 
 
 def stairs(sizes: list[int]) -> list[list[tuple[int, int]]]:
@@ -164,17 +178,18 @@ class Scheduler:
     copied into another's; without it caches are never shared between slots. `window`: a sliding
     window model's attention span (0: none); its cache lets cells older than the window go (the engine
     records the first position held in `Slot.first`), so a prefix is reused only where the window
-    before the prefix's end is still there.
+    before the prefix's end is still there. `call_cost`: see `Plan`.
     """
 
     def __init__(self, n_slots: int, batch_size: int, ctx_size: int = 1 << 30, can_cut: bool = True,
-                 share: bool = False, window: int = 0) -> None:
+                 share: bool = False, window: int = 0, call_cost: float | None = None) -> None:
         self.slots = [Slot(i) for i in range(n_slots)]
         self.batch_size = batch_size
         self.ctx_size = ctx_size
         self.can_cut = can_cut
         self.share = share
         self.window = window
+        self.call_cost = call_cost
         self.waiting: deque[Sequence] = deque()
         self.running: list[Sequence] = []
         self._clock = 0
@@ -193,7 +208,7 @@ class Scheduler:
         return None
 
     def schedule(self) -> Plan:
-        plan = Plan()
+        plan = Plan(call_cost=self.call_cost, cells=self.ctx_size)
         self._admit(plan)
         budget = self.batch_size
         # Decode tokens first, prefill after: running streams never stall. Decode tokens go in slot
