@@ -65,6 +65,7 @@ class Engine:
         self._cpu = CpuMeter(now=time.perf_counter()) if self._tuner else None  # what other programs do, for the tuner
         self._threads = self._tuner.threads if self._tuner else settings.threads
         self._decoded = (self._threads, 0, 0.0)  # this step's decode calls so far: threads, tokens, seconds
+        self._step_decodes = 0  # decode tokens in this step's plan
         # RPC workers do not count as a GPU here: they may compute on CPUs, whose flash-attention kernel would
         # make batched answers differ from solo ones; LOCALRUN_FLASH_ATTN=auto lets llama.cpp choose for them.
         self.flash_attn = resolve_flash_attn(settings.flash_attn, settings.kv_cache_type, has_gpu())
@@ -192,6 +193,7 @@ class Engine:
         """
         events = self._reap_cancelled()
         plan = self.scheduler.schedule()
+        self._step_decodes = sum(1 for c in plan.chunks if c.decodes)
         for edit in plan.edits:
             self._edit_cache(edit)
         for chunks in plan.batches():
@@ -253,7 +255,7 @@ class Engine:
         return indices
 
     def _decode(self, chunks: list[Chunk]) -> None:
-        decoding = all(c.start >= c.seq.n_prompt and c.n == 1 for c in chunks)  # generated tokens only
+        decoding = all(c.decodes for c in chunks)
         threads = self._tuned_threads(decoding)
         start = time.perf_counter()
         status, stopped = self._watched_decode() if decoding else (self.batch.decode(self.ctx), False)
@@ -283,7 +285,9 @@ class Engine:
     def _watched_decode(self) -> tuple[int, bool]:
         """A decode step that the stall watch may stop once it runs past the tuner's limit while
         another program holds a core (`stallwatch.py`): llama_decode's status, and whether it was stopped."""
-        limit = self._tuner.stall_limit(self.batch.n) if self._stall else None
+        # the whole step's usual length: a call that holds part of a split step's tokens (`decodecalls`)
+        # still pays a whole pass over the weights, and a lone long cache's row costs more than the average
+        limit = self._tuner.stall_limit(max(self.batch.n, self._step_decodes)) if self._stall else None
         if limit is None:
             return self.batch.decode(self.ctx), False
         self._stall.begin(limit)

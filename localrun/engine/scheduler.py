@@ -46,6 +46,11 @@ class Chunk:
     n_logits: int
     draft: list[int] | tuple[()] = ()
 
+    @property
+    def decodes(self) -> bool:
+        """A generated token alone (no prompt, no draft): what a decode call holds."""
+        return not self.draft and self.start >= self.seq.n_prompt
+
 
 @dataclass(frozen=True, slots=True)
 class Trim:
@@ -95,7 +100,7 @@ class Plan:
         for c in self.chunks:
             if c.draft:
                 drafts.setdefault(c.n, []).append(c)
-            elif c.start >= c.seq.n_prompt:  # a generated token: always one
+            elif c.decodes:
                 decodes.append(c)
             else:
                 prompts.append(c)
