@@ -6,7 +6,8 @@ Both servers get greedy streaming chat on /v1/chat/completions with `ignore_eos`
 exactly --tokens long (checked from each stream's usage). Rounds alternate between the servers (the
 order swaps every round); each figure is the best of --rounds. Rows (pick with --rows):
 
-  load      --concurrency streams of distinct prompts: aggregate decode tok/s, ratio, TTFT p50. Also
+  load      --concurrency streams of distinct prompts: aggregate decode tok/s (best round), ratio, the
+            ratio of the rounds' medians (less moved by one lucky round), TTFT p50. Also
             prints one prompt's greedy answer from both servers, and checks that localrun's answers
             under load equal its answers to the same prompts alone (a mismatch exits 1).
   followup  cold TTFT on a --cold-tokens prompt, decode tok/s after it, and a follow-up turn's TTFT
@@ -353,12 +354,14 @@ class Bench:
         rows = []
         for c in args.concurrency:
             rate = {s.name: max(aggregate_rate(a) for a in runs[s.name, c]) for s in self.servers}
+            typical = {s.name: statistics.median(aggregate_rate(a) for a in runs[s.name, c]) for s in self.servers}
             ttft = {s.name: min(statistics.median(x.ttft for x in a) for a in runs[s.name, c]) for s in self.servers}
             rows.append([str(c), f"{rate['localrun']:.1f}", f"{rate['llama-server']:.1f}",
                          ratio(rate["localrun"], rate["llama-server"]),
+                         ratio(typical["localrun"], typical["llama-server"]),
                          f"{ttft['localrun']:.3f} / {ttft['llama-server']:.3f} s"])
         self.emit(markdown_table(["concurrent streams", "localrun tok/s", "llama-server tok/s", "ratio",
-                                  "TTFT p50, localrun / llama-server"], rows))
+                                  "ratio of the rounds' medians", "TTFT p50, localrun / llama-server"], rows))
         self.side_by_side(runs[self.servers[0].name, args.concurrency[0]][0][0],
                           runs[self.servers[1].name, args.concurrency[0]][0][0],
                           story_prompts(f"0.{args.concurrency[0]}", 1)[0])
