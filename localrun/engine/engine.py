@@ -187,8 +187,9 @@ class Engine:
         its logits are sampled, so that a caller can send the decode tokens, or a prompt's first
         token, before the step's later calls (other prompts' chunks) run. Iterate it to the end.
 
-        The step's tokens go to llama.cpp as `plan.batches()` says (decode tokens in one call, each
-        prompt chunk in its own), and each call's logits are sampled before the next call reuses them.
+        The step's tokens go to llama.cpp as `plan.batches()` says (decode tokens in one call, or a few
+        where a long cache's row would make the others read its cells, `decodecalls`; prompt chunks in
+        calls of their own), and each call's logits are sampled before the next call reuses them.
         Raises LocalrunError if llama.cpp fails to decode; the engine should then be closed.
         """
         events = self._reap_cancelled()
