@@ -261,6 +261,21 @@ def test_a_trial_ends_without_a_verdict_when_the_batch_changes_size():
     assert tuner.threads == 2 and tuner.current == 2 and tuner.switches == 0
 
 
+def test_a_batch_shrinking_is_not_a_taken_core():
+    """Eight streams decode at 7 ms a token, one alone at 10 ms: with the daemon and its clients busy
+    beside them (others >= TAKEN), comparing the two sizes once switched to one thread at once."""
+    tuner, now = ThreadTuner(2), 0.0
+    busy_daemon = CpuUse(others=0.7, idle=0.0)
+    for _ in range(20):  # a trial of one thread on the way, no faster
+        now += 0.056
+        tuner.record(tuner.threads, 8, 0.056, now, busy_daemon)
+    for _ in range(3):
+        now += 0.010
+        tuner.record(tuner.threads, 1, 0.010, now, busy_daemon)
+    assert tuner.current == 2 and tuner.switches == 0
+    assert tuner.stall_limit(1) == pytest.approx(0.021)  # no usual single step yet: the slowest known, 7 ms x 3
+
+
 def test_the_cpu_meter_starts_over_after_an_idle_while():
     """A reading across a long gap would count what others did while this process idled."""
     meter = CpuMeter(interval=0.0, now=0.0, stale=1.0)

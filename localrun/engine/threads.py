@@ -8,7 +8,8 @@ its mind every few seconds. The tuner starts at the physical core count, tries t
 (n-1, or back to n) right after its first measurements, again whenever decoding gets markedly
 slower than it was, and otherwise on a clock whose period doubles while trials keep losing. A
 hopeless trial ends after two steps and a decisive one after three, so trials stay cheap both on an
-idle machine and on a busy one.
+idle machine and on a busy one. Steps compare only with steps of as many tokens: a token of an
+8-stream step costs less than a lone stream's, so a batch shrinking is not a slowdown.
 
 Where the engine can see what the other programs do (`cpuuse.CpuUse`, from /proc), that decides
 too: with all cores in use, fewer threads are tried only while other programs take CPU time (on an
@@ -46,13 +47,14 @@ class ThreadTuner:
         self.window, self.margin, self.slowdown = window, margin, slowdown
         self.min_period, self.max_period = period, max_period
         self.period = period
-        self._baseline: deque[float] = deque(maxlen=window)
-        self._usual: dict[int, float] = {}  # per thread count: the window median it usually reaches
+        self._baseline: deque[float] = deque(maxlen=window)  # time per token of recent steps of `_rows` tokens
+        self._usual: dict[tuple[int, int], float] = {}  # per (threads, tokens a step): the window median it usually reaches
         self._trial: list[float] = []
         self._trial_threads: int | None = None
         self._next_trial: float | None = None  # None: as soon as the first window is full
         self._trial_ended = float("-inf")
-        self._rows = 0  # tokens in the last baseline step: a trial compares steps of that size only
+        self._rows = 0  # tokens a step in the baseline: time per token falls as a batch grows, so only
+        # steps of one size compare (a trial's, the window's, the usual level)
         self.switches = 0
         self.trials = 0
 
@@ -76,7 +78,9 @@ class ThreadTuner:
             self._trial.append(per_token)
             self._judge_trial(now)
             return
-        self._rows = n_tokens
+        if n_tokens != self._rows:
+            self._rows = n_tokens
+            self._baseline.clear()
         self._baseline.append(per_token)
         if self._taken(use, per_token):
             self._switch(self._alternative(), now)
@@ -84,8 +88,8 @@ class ThreadTuner:
         if len(self._baseline) < (self.window // 2 if self._next_trial is None else self.window):
             return  # the first trial comes after half a window: a busy core shows at once
         level = median(self._baseline)
-        usual = self._usual.setdefault(self.current, level)
-        self._usual[self.current] = min(usual, level)
+        usual = self._usual.setdefault((self.current, n_tokens), level)
+        self._usual[self.current, n_tokens] = min(usual, level)
         due = self._next_trial is None or now >= self._next_trial
         if not self._could_win(use):
             if due:
@@ -97,8 +101,10 @@ class ThreadTuner:
     def stall_limit(self, n_tokens: int) -> float | None:
         """How long a decode step of `n_tokens` may run on all cores before a stall watch may stop it
         (`stallwatch.py`): STALL times its usual length; None while there is nothing to fall back to
-        (fewer threads already, a trial running, or no usual length yet)."""
-        usual = self._usual.get(self.current)
+        (fewer threads already, a trial running, or no usual length yet). A batch size not seen yet
+        takes the slowest usual time per token of the sizes seen (single rows'), which is lenient."""
+        usual = self._usual.get((self.current, n_tokens)) or max(
+            (level for (threads, _), level in self._usual.items() if threads == self.current), default=None)
         if usual is None or self.current != self.max_threads or self._trial_threads is not None:
             return None
         return max(MIN_STALL, usual * n_tokens * STALL)
@@ -112,7 +118,7 @@ class ThreadTuner:
         """A core taken by another program, with all cores decoding and the step much slower than
         usual: one thread fewer at once. A trial would compare against timings from before the
         program came, and every step of all cores beside a spin loop costs up to a second here."""
-        usual = self._usual.get(self.current)
+        usual = self._usual.get((self.current, self._rows))
         return (use is not None and self.current == self.max_threads and use.others >= TAKEN
                 and usual is not None and per_token > usual * self.slowdown)
 
@@ -143,7 +149,7 @@ class ThreadTuner:
             threads, self._trial_threads, self._trial = self._trial_threads, None, []
             self._switch(threads, now)
             return
-        self._usual[self.current] = level  # the machine as it is now: only a further slowdown re-triggers
+        self._usual[self.current, self._rows] = level  # the machine as it is now: only a further slowdown re-triggers
         self._end_trial(now)
 
     def _end_trial(self, now: float) -> None:
