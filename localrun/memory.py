@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Callable
 
 _KV_BYTES = {"f32": 4.0, "f16": 2.0, "bf16": 2.0, "q8_0": 34 / 32, "q5_1": 24 / 32, "q5_0": 22 / 32,
              "q4_1": 20 / 32, "q4_0": 18 / 32}
@@ -58,6 +58,18 @@ def cache_bytes(shape: KvShape, kv_cache_type: str, ctx: int, sequences: int, ub
     per_stream = min(cells // streams, shape.window * (sequences if unified else 1) + ubatch)
     swa_cells = streams * -(-per_stream // SWA_PAD) * SWA_PAD
     return full + kv_bytes(shape.swa_bytes_per_token, kv_cache_type, swa_cells)
+
+
+def kv_bytes_per_token(get: Callable[[str, Any], Any]) -> int:
+    """f16 K and V for every layer, from `<arch>.block_count`, the head counts and head sizes, as
+    `get(key without the architecture, default)` reads them (a GGUF's fields, a loaded model's metadata)."""
+    layers = int(get("block_count", 0) or 0)
+    embd = int(get("embedding_length", 0) or 0)
+    heads = int(get("attention.head_count", 1) or 1)
+    kv_heads = int(get("attention.head_count_kv", heads) or heads)
+    key_len = int(get("attention.key_length", embd // heads) or 0)
+    value_len = int(get("attention.value_length", key_len) or key_len)
+    return layers * kv_heads * (key_len + value_len) * 2
 
 
 def kv_bytes(kv_f16_bytes_per_token: int, kv_cache_type: str, cells: int) -> int:

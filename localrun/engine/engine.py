@@ -30,6 +30,7 @@ from localrun.engine.scoring import Scorer
 from localrun.engine.sequence import Request, Sequence, Status
 from localrun.engine.stallwatch import StallWatch
 from localrun.config import EngineSettings
+from localrun.memory import kv_bytes_per_token
 from localrun.engine.settings import physical_cores, resolve_flash_attn
 from localrun.engine.stops import StopMatcher
 from localrun.engine.threads import ThreadTuner
@@ -38,7 +39,6 @@ from localrun.sampling import MAX_DRAFT, SamplingParams
 
 WARM_UP_TEXT = "Warm up: a short text of a dozen tokens or so."
 ABORTED = 2  # llama_decode: the abort callback stopped it and the ubatch's tokens left the cache
-F16_BYTES = 2
 
 
 @dataclass(slots=True)
@@ -64,8 +64,8 @@ class Engine:
         self._tuner = ThreadTuner(physical_cores()) if settings.threads is None else None
         self._cpu = CpuMeter(now=time.perf_counter()) if self._tuner else None  # what other programs do, for the tuner
         self._threads = self._tuner.threads if self._tuner else settings.threads
-        self._decoded = (self._threads, 0, 0.0)  # this step's decode calls so far: threads, tokens, seconds
         self._step_decodes = 0  # decode tokens in this step's plan
+        self._decoded = (self._threads, 0.0)  # this step's decode calls so far: their threads, seconds
         # RPC workers do not count as a GPU here: they may compute on CPUs, whose flash-attention kernel would
         # make batched answers differ from solo ones; LOCALRUN_FLASH_ATTN=auto lets llama.cpp choose for them.
         self.flash_attn = resolve_flash_attn(settings.flash_attn, settings.kv_cache_type, has_gpu())
@@ -122,11 +122,13 @@ class Engine:
         an f16 cache (a quantized one turns it on)."""
         if not plain_attention or self.flash_attn != "off" or self.settings.kv_unified or self.model.gpu_layers:
             return None
-        ptr, arch = self.model.ptr, self.model.meta("general.architecture") or ""
-        key = int(self.model.meta(f"{arch}.attention.key_length") or L.llama_model_n_embd(ptr) // L.llama_model_n_head(ptr))
-        value = int(self.model.meta(f"{arch}.attention.value_length") or key)
-        cell_bytes = L.llama_model_n_layer(ptr) * L.llama_model_n_head_kv(ptr) * (key + value) * F16_BYTES
-        return call_cost(L.llama_model_size(ptr), cell_bytes)
+        arch = self.model.meta("general.architecture") or ""
+
+        def number(key: str, default: int) -> int:  # per-layer arrays (a few architectures) read as the default
+            value = self.model.meta(f"{arch}.{key}")
+            return int(value) if value and value.isdigit() else default
+
+        return call_cost(L.llama_model_size(self.model.ptr), kv_bytes_per_token(number))
 
     # -- requests ---------------------------------------------------------------------------
 
@@ -272,23 +274,23 @@ class Engine:
             for c in chunks:
                 self.scheduler.slots[c.seq.slot].first = max(0, L.llama_memory_seq_pos_min(self.memory, c.seq.slot))
         if self._tuner and decoding:
-            self._decoded = (threads, self._decoded[1] + self.batch.n, self._decoded[2] + time.perf_counter() - start)
+            self._decoded = (threads, self._decoded[1] + time.perf_counter() - start)
 
     def _record_decoding(self) -> None:
         """Give the tuner the step's decode calls as one: a step may split its decode tokens into
         calls of different sizes (`decodecalls`), but its tokens per second compare with other steps'."""
-        threads, tokens, seconds = self._decoded
-        if tokens:
+        threads, seconds = self._decoded
+        if self._tuner and self._step_decodes:
             end = time.perf_counter()
-            self._tuner.record(threads, tokens, seconds, end, self._cpu.sample(end))
-            self._decoded = (threads, 0, 0.0)
+            self._tuner.record(threads, self._step_decodes, seconds, end, self._cpu.sample(end))
+            self._decoded = (threads, 0.0)
 
     def _watched_decode(self) -> tuple[int, bool]:
         """A decode step that the stall watch may stop once it runs past the tuner's limit while
         another program holds a core (`stallwatch.py`): llama_decode's status, and whether it was stopped."""
         # the whole step's usual length: a call that holds part of a split step's tokens (`decodecalls`)
         # still pays a whole pass over the weights, and a lone long cache's row costs more than the average
-        limit = self._tuner.stall_limit(max(self.batch.n, self._step_decodes)) if self._stall else None
+        limit = self._tuner.stall_limit(self._step_decodes) if self._stall else None
         if limit is None:
             return self.batch.decode(self.ctx), False
         self._stall.begin(limit)

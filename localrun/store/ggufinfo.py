@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from localrun.errors import NotGGUF
+from localrun.memory import kv_bytes_per_token
 from localrun.store.model import Facts, ModelInfo
 
 HEADER_SIZE = 24  # magic, version (u32), tensor count (u64), key/value count (u64)
@@ -162,17 +163,6 @@ def kv_facts(arch: str, get: Callable[[str, Any], Any]) -> dict[str, int]:
     sliding = _sliding_layers(arch, layers, get("attention.sliding_window_pattern", None)) if window else 0
     swa = per_token * sliding // layers if layers else 0
     return {"kv_bytes_per_token": per_token, "kv_swa_bytes_per_token": swa, "sliding_window": window if swa else 0}
-
-
-def kv_bytes_per_token(get: Callable[[str, Any], Any]) -> int:
-    """f16 K and V for every layer, from `<arch>.block_count`, the head counts and head sizes."""
-    layers = int(get("block_count", 0) or 0)
-    embd = int(get("embedding_length", 0) or 0)
-    heads = int(get("attention.head_count", 1) or 1)
-    kv_heads = int(get("attention.head_count_kv", heads) or heads)
-    key_len = int(get("attention.key_length", embd // heads) or 0)
-    value_len = int(get("attention.value_length", key_len) or key_len)
-    return layers * kv_heads * (key_len + value_len) * 2
 
 
 def _sliding_layers(arch: str, layers: int, pattern: Any) -> int:
