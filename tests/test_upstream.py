@@ -75,6 +75,18 @@ def _served(replicas) -> list[int]:
     return [sum("POST /v1/chat/completions" in line for line in r.log.read_text().splitlines()) for r in replicas]
 
 
+def _settled(replicas) -> list[int]:
+    """`_served` once no line has been added for half a second: an earlier test's answer can end at the
+    client a moment before its replica writes the line, and would be counted as a new request."""
+    counts = _served(replicas)
+    while True:
+        time.sleep(0.5)
+        now = _served(replicas)
+        if now == counts:
+            return counts
+        counts = now
+
+
 def _count_after(replicas, before: list[int], total: int) -> list[int]:
     """The new requests per replica, once `total` of them are in the logs."""
     deadline = time.monotonic() + 10
@@ -158,14 +170,14 @@ def test_ollama_chat_reaches_the_upstream_streamed_and_not(front):
 
 
 def test_conversations_spread_over_both_replicas(front, replicas):
-    before = _served(replicas)
+    before = _settled(replicas)
     for i in range(4):
         assert _chat(front, messages=[{"role": "user", "content": f"Count to {i + 2}."}]).status_code == 200
     assert _count_after(replicas, before, 4) == [2, 2]
 
 
 def test_the_turns_of_one_conversation_stay_on_the_replica_that_holds_its_prefix(front, replicas):
-    before = _served(replicas)
+    before = _settled(replicas)
     turns = [{"role": "user", "content": "Tell me about cats."}]
     for _ in range(3):
         answer = _chat(front, messages=turns).json()["choices"][0]["message"]["content"]
