@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from localrun.engine.drafts import FIRST_DRAFT, MAX_PAUSE, MIN_DRAFT, NGRAM, Drafter
+from localrun.engine.drafts import FIRST_DRAFT, MAX_PAUSE, MIN_DRAFT, NGRAM, Drafter, guess_next
 
 KEY = list(range(1, NGRAM + 1))  # an n-gram that occurs twice below
 
@@ -69,3 +69,10 @@ def test_many_refusals_still_leave_long_copies_drafted():
     source = list(range(100, 120))
     assert d.propose([*source, 7, *source[:16]], room=8) == source[16:19][:d.length]
 
+
+
+def test_a_guess_is_what_followed_the_last_token_before_else_the_token_again():
+    assert guess_next([1, 2, 3, 2]) == 3
+    assert guess_next([4, 9, 4, 8, 4]) == 8  # the latest occurrence
+    assert guess_next([1, 2, 3]) == 3
+    assert guess_next([5]) == 5

@@ -152,6 +152,28 @@ def test_a_long_cache_decodes_in_a_call_of_its_own_and_every_answer_equals_solo(
         assert [tokens[f"b{i}"] for i in range(8)] == alone
 
 
+def test_with_flash_attention_every_logit_batched_equals_solo(smollm2_path):
+    """CPU flash attention sums a row in another order in a piece of 64+ rows, in fewer, and for a lone
+    row over 512+ cells (`flashrows`): a 278-token prompt cut into pieces beside short prompts, and its
+    answer's tokens decoded beside others and then alone, keep every chosen token's log-probability
+    bit for bit. Two threads: with one, the lone row's split path is the one-row kernel."""
+    settings = dict(ctx_size=1024, threads=2, flash_attn="on")
+    logged = dict(logprobs=0, **GREEDY)
+    with Engine(str(smollm2_path), EngineSettings(parallel=1, **settings)) as alone_engine:
+        long_prompt = alone_engine.tokenize(" ".join(f"Item {i} is a {c}." for i, c in enumerate(["red box", "blue cup"] * 16)))
+        mid = alone_engine.tokenize("Describe this list. " + " ".join(f"Row {i}: {c}." for i, c in enumerate(["figs", "pears"] * 9)))
+        prompts = [long_prompt, mid, *(alone_engine.tokenize(p) for p in PROMPTS[:6])]
+        assert len(long_prompt) > 256 and 64 < len(mid) < 256
+        lengths = [48, 32] + [12] * 6  # the long answer decodes alone at the end
+        alone = [[e.logprob for e in generate(alone_engine, p, f"s{i}", max_tokens=n, **logged).events]
+                 for i, (p, n) in enumerate(zip(prompts, lengths))]
+    with Engine(str(smollm2_path), EngineSettings(parallel=8, **settings)) as eng:
+        for i, (p, n) in enumerate(zip(prompts, lengths)):
+            eng.add(Request(f"b{i}", p, SamplingParams(max_tokens=n, **logged)))
+        runs = drain(eng, {})
+    assert [[e.logprob for e in runs[f"b{i}"].events] for i in range(8)] == alone
+
+
 def test_concurrent_requests_with_one_prompt_evaluate_it_once_and_equal_solo(engine, solo):
     """The n choices of a request (or requests sharing a long system prompt) arriving together: the
     first evaluates the prompt, the others wait for it and get a copy of its slot's cache."""

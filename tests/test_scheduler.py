@@ -6,7 +6,8 @@ import pytest
 
 import random
 
-from localrun.engine.scheduler import Copy, Scheduler, Trim, common_prefix, prefill_size, stairs
+from localrun.engine.flashrows import RowRules
+from localrun.engine.scheduler import Copy, Plan, Scheduler, Trim, common_prefix, least_piece, prefill_size, stairs
 from localrun.engine.sequence import Sequence, Status
 
 
@@ -400,3 +401,65 @@ def test_a_window_cache_serves_a_prefix_only_while_it_holds_the_window_before_it
     s.add(far)
     plan = run_step(s)
     assert far.n_cached == 0 and plan.edits == [Trim(0, 0)] and s.slots[0].first == 0
+
+
+FLASH = RowRules(least_rows=64, lone_from=256)
+
+
+@pytest.mark.parametrize("sizes, least, calls", [
+    ([100, 300], [64, 64], [[(0, 100), (1, 100)], [(1, 200)]]),
+    ([30, 300], [2, 64], [[(0, 30)], [(1, 300)]]),  # 30 rows would take another kernel for the long prompt
+    ([100, 130], [64, 64], [[(0, 100)], [(1, 130)]]),  # 130 - 100 would leave 30 rows behind
+    ([40, 45, 50], [2, 2, 2], [[(0, 40), (1, 40), (2, 40)], [(1, 5), (2, 5)], [(2, 5)]]),  # short: any piece
+])
+def test_stairs_keep_a_long_prompts_pieces_at_its_least_rows(sizes, least, calls):
+    assert stairs(sizes, least) == calls
+
+
+@pytest.mark.parametrize("n_prompt, least", [(63, 2), (64, 64), (900, 64), (1, 2)])
+def test_the_least_piece_is_the_tiles_rows_for_a_prompt_that_long(n_prompt, least):
+    assert least_piece(n_prompt, 64) == least and least_piece(n_prompt, 0) == 2
+
+
+@pytest.mark.parametrize("remaining, budget, n", [(600, 512, 512), (560, 512, 496), (100, 50, 0), (30, 20, 0), (64, 64, 64)])
+def test_prefill_leaves_no_piece_under_the_least_rows(remaining, budget, n):
+    assert prefill_size(remaining, budget, 64) == n
+
+
+def test_a_cached_prefix_leaves_a_long_prompt_the_least_rows_to_evaluate():
+    s = Scheduler(n_slots=1, batch_size=512, rows=FLASH)
+    first = seq("a", list(range(1, 201)), max_tokens=1)
+    s.add(first)
+    run_step(s)
+    s.finish(first)
+    again = seq("b", list(range(1, 211)))  # 200 cached, 10 new: 64 rows are evaluated, as cold
+    s.add(again)
+    assert layout(run_step(s)) == [("b", 146, 64, 1)]
+
+
+def test_a_lone_decode_token_over_a_long_cache_gets_a_filler_row_and_a_neighbour_none():
+    s = Scheduler(n_slots=3, batch_size=512, rows=FLASH)
+    long, short = seq("long", [5, 6, 7] * 100), seq("short", [1, 2])
+    s.add(long), s.add(short)
+    run_step(s, sample=6)  # long: ... 5 6 7 | 6
+    plan = s.schedule()  # side by side in slots 0 and 1: one micro-batch, no filler
+    assert [(c.seq.id, c.n, c.filler) for c in plan.chunks] == [("long", 1, False), ("short", 1, False)]
+    s.finish(short)
+    [chunk] = s.schedule().chunks  # alone at position 300: a filler, what followed the last 6 before
+    assert (chunk.start, chunk.n, chunk.draft, chunk.filler, chunk.decodes) == (300, 2, [7], True, True)
+    assert plan.batches() == [plan.chunks] and Plan([chunk]).batches() == [[chunk]]
+    assert s.settle(chunk, 0) == Trim(0, 301) and long.drafter is None  # refused: it leaves the cache
+
+
+def test_a_filler_row_is_neither_for_a_short_cache_nor_past_the_context():
+    s = Scheduler(n_slots=1, batch_size=512, ctx_size=302, rows=FLASH)
+    near = seq("a", list(range(1, 201)))
+    s.add(near)
+    run_step(s)
+    assert not s.schedule().chunks[0].filler  # position 200: under 256 cells
+    s.commit([])
+    full = Scheduler(n_slots=1, batch_size=512, ctx_size=301, rows=FLASH)
+    last = seq("b", list(range(1, 301)))
+    full.add(last)
+    run_step(full)
+    assert not full.schedule().chunks[0].filler  # position 300 is the context's last cell

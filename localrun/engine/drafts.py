@@ -22,6 +22,7 @@ MIN_DRAFT = 3  # shorter drafts cost more to verify than they save (measured on 
 FIRST_DRAFT = 4  # the length of a sequence's first draft (at most its maximum)
 MAX_CONTEXT = 16  # matching context is measured up to this many tokens
 MAX_PAUSE = 64  # steps without drafting after repeated refusals, at most
+GUESS_WINDOW = 256  # tokens `guess_next` looks back over
 
 
 class Drafter:
@@ -78,6 +79,17 @@ class Drafter:
         self._indexed = max(self._indexed, len(tokens) - NGRAM)
 
 
+def guess_next(tokens: list[int]) -> int:
+    """A one-token guess at what follows: the token after the latest earlier occurrence of the last
+    one (within GUESS_WINDOW tokens), else the last token again. A filler row's draft
+    (`flashrows`): any token keeps the row's kernel, a right guess is a token for free."""
+    last = tokens[-1]
+    for i in range(len(tokens) - 2, max(-1, len(tokens) - 2 - GUESS_WINDOW), -1):
+        if tokens[i] == last:
+            return tokens[i + 1]
+    return last
+
+
 def _context(tokens: list[int], at: int) -> int:
     """How many tokens before index `at` equal the sequence's last tokens (up to MAX_CONTEXT)."""
     end, n = len(tokens), 0
@@ -86,4 +98,4 @@ def _context(tokens: list[int], at: int) -> int:
     return n
 
 
-__all__ = ["Drafter", "MIN_DRAFT", "NGRAM"]
+__all__ = ["Drafter", "MIN_DRAFT", "NGRAM", "guess_next"]

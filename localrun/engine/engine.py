@@ -22,6 +22,7 @@ from localrun.engine.detokenizer import Detokenizer
 from localrun.engine.drafts import Drafter
 from localrun.engine.embed import Embedder
 from localrun.engine.events import Event, Finished, Timings, Token
+from localrun.engine.flashrows import RowRules, row_rules
 from localrun.engine.rowcheck import rows_alike
 from localrun.engine.logprobs import log_softmax, logits_at, top_n
 from localrun.engine.sampler import Sampler
@@ -93,7 +94,8 @@ class Engine:
         self._warm_up()
         window = L.llama_model_n_swa(self.model.ptr)
         self.scheduler = Scheduler(settings.parallel, settings.batch_size, settings.ctx_size, can_cut, share=True,
-                                   window=window, call_cost=self._decode_call_cost(can_cut and not window))
+                                   window=window, call_cost=self._decode_call_cost(can_cut and not window),
+                                   rows=self._row_rules())
         self._embedder: Embedder | None = None
         self._scorer: Scorer | None = None
         self._eog: list[int] | None = None
@@ -113,6 +115,13 @@ class Engine:
             self.batch.add(token, pos, 0, pos == len(tokens) - 1)
         self.batch.decode(self.ctx)
         L.llama_memory_seq_rm(self.memory, 0, -1, -1)
+
+    def _row_rules(self) -> RowRules:
+        """The schedule rules that keep CPU flash attention exact (`flashrows`). A filler row must
+        leave the cache when the model disagrees with it: a model that cannot drop a tail does without."""
+        cpu_kernel = self.flash_attn == "on" and not self.model.gpu_layers
+        rules = row_rules(cpu_kernel, self.settings.kv_cache_type)
+        return rules if self.can_draft else replace(rules, lone_from=None)
 
     def _decode_call_cost(self, plain_attention: bool) -> float | None:
         """What another decode call costs in attended cells (`decodecalls`), where splitting a step's
@@ -345,7 +354,7 @@ class Engine:
         first = index - len(draft)
         events: list[Event] = []
         for j in range(len(draft) + 1):
-            if j:
+            if j and not chunk.filler:
                 seq.drafter.accepted += 1  # draft[j - 1] was confirmed and its row is used
             events.extend(self._next_token(seq, first + j))
             if j == len(draft) or seq.status is Status.FINISHED or seq.tokens[-1] != draft[j]:

@@ -18,6 +18,8 @@ from collections import deque
 from dataclasses import dataclass, field
 
 from localrun.engine.decodecalls import split_points
+from localrun.engine.drafts import guess_next
+from localrun.engine.flashrows import RowRules
 from localrun.engine.sequence import Sequence, Status
 
 
@@ -37,7 +39,9 @@ class Chunk:
     """`seq.tokens[start:start + n]` at positions start.., with logits for the last `n_logits`.
 
     A chunk with a `draft` is the sequence's next token followed by the drafted tokens
-    (n = 1 + len(draft)), all with logits, for speculative decoding.
+    (n = 1 + len(draft)), all with logits, for speculative decoding. A `filler` draft is one guessed
+    token that keeps a decode token from being its micro-batch's lone row (`flashrows`): not the
+    sequence's drafter's, so its outcome does not teach the drafter.
     """
 
     seq: Sequence
@@ -45,11 +49,12 @@ class Chunk:
     n: int
     n_logits: int
     draft: list[int] | tuple[()] = ()
+    filler: bool = False
 
     @property
     def decodes(self) -> bool:
-        """A generated token alone (no prompt, no draft): what a decode call holds."""
-        return not self.draft and self.start >= self.seq.n_prompt
+        """A generated token without a draft of the drafter's (no prompt): one token of decoding."""
+        return (not self.draft or self.filler) and self.start >= self.seq.n_prompt
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,12 +79,14 @@ class Plan:
 
     `call_cost`: what another call for decode tokens costs, in cells one row attends over
     (`decodecalls.call_cost`); None: decode tokens always share one call. `cells`: a slot's KV stream size.
+    `least_rows`: the flash-attention piece rule (`least_rows`).
     """
 
     chunks: list[Chunk] = field(default_factory=list)
     edits: list[Trim | Copy] = field(default_factory=list)
     call_cost: float | None = None
     cells: int = 1 << 30
+    least_rows: int = 0
 
     def batches(self) -> list[list[Chunk]]:
         """The step as `llama_decode` calls: the decode tokens together (apart where a long cache would
@@ -105,7 +112,7 @@ class Plan:
             else:
                 prompts.append(c)
         prompts.sort(key=lambda c: c.seq.slot)  # consecutive slots share micro-batches
-        return self._decode_calls(decodes) + list(drafts.values()) + _pieces(prompts)
+        return self._decode_calls(decodes) + list(drafts.values()) + _pieces(prompts, self.least_rows)
 
     def _decode_calls(self, decodes: list[Chunk]) -> list[list[Chunk]]:
         if not decodes or self.call_cost is None:
@@ -114,16 +121,18 @@ class Plan:
         return [decodes[a:b] for a, b in zip([0, *cuts], [*cuts, len(decodes)])]
 
 
-def stairs(sizes: list[int]) -> list[list[tuple[int, int]]]:
+def stairs(sizes: list[int], least: list[int] | None = None) -> list[list[tuple[int, int]]]:
     """Split chunks of these sizes into calls in which every taking part evaluates the same number of
-    tokens, never a lone one (unless its whole chunk is one token): each call takes the shortest
-    remainder from every chunk that keeps at least two tokens or none. Returns each call as
-    (chunk index, tokens) pairs; a chunk's pieces come in order and add up to its size."""
+    tokens, never fewer than its `least` (default MIN_PREFILL: never a lone one) unless that is its whole
+    chunk: each call takes the shortest remainder from every chunk that keeps at least its least or
+    none. Returns each call as (chunk index, tokens) pairs; a chunk's pieces come in order and add up
+    to its size."""
+    least = least or [MIN_PREFILL] * len(sizes)
     left = dict(enumerate(sizes))
     calls = []
     while left:
         n = min(left.values())
-        call = [(i, n) for i, r in left.items() if r == n or (n >= MIN_PREFILL and r - n >= MIN_PREFILL)]
+        call = [(i, n) for i, r in left.items() if r == n or (n >= least[i] and r - n >= least[i])]
         calls.append(call)
         for i, _ in call:
             left[i] -= n
@@ -132,11 +141,11 @@ def stairs(sizes: list[int]) -> list[list[tuple[int, int]]]:
     return calls
 
 
-def _pieces(chunks: list[Chunk]) -> list[list[Chunk]]:
+def _pieces(chunks: list[Chunk], least_rows: int) -> list[list[Chunk]]:
     """The prompt chunks cut into the calls `stairs` plans; only a chunk's last piece wants logits."""
     done = [0] * len(chunks)
     calls = []
-    for call in stairs([c.n for c in chunks]):
+    for call in stairs([c.n for c in chunks], [least_piece(c.seq.n_prompt, least_rows) for c in chunks]):
         pieces = []
         for i, n in call:
             c = chunks[i]
@@ -154,12 +163,19 @@ def _pieces(chunks: list[Chunk]) -> list[list[Chunk]]:
 MIN_PREFILL = 2
 
 
-def prefill_size(remaining: int, budget: int) -> int:
-    """Prompt tokens to evaluate this step: at most `budget`, never one alone, never one left behind."""
+def least_piece(n_prompt: int, least_rows: int) -> int:
+    """The fewest tokens a piece of this prompt may have (unless it is the whole rest): `least_rows`
+    for a prompt that long (flash attention's tiled kernel, `flashrows`), else MIN_PREFILL."""
+    return least_rows if least_rows and n_prompt >= least_rows else MIN_PREFILL
+
+
+def prefill_size(remaining: int, budget: int, least: int = MIN_PREFILL) -> int:
+    """Prompt tokens to evaluate this step: at most `budget`, never fewer than `least` (unless that is
+    all), never fewer than `least` left behind."""
     n = min(remaining, budget)
-    if n < remaining and remaining - n < MIN_PREFILL:
-        n = remaining - MIN_PREFILL
-    return n if n >= MIN_PREFILL or n == remaining else 0
+    if n < remaining and remaining - n < least:
+        n = remaining - least
+    return n if n >= least or n == remaining else 0
 
 
 # Copying a slot's cache moves its whole KV stream; below this many shared prompt tokens evaluating
@@ -183,11 +199,14 @@ class Scheduler:
     copied into another's; without it caches are never shared between slots. `window`: a sliding
     window model's attention span (0: none); its cache lets cells older than the window go (the engine
     records the first position held in `Slot.first`), so a prefix is reused only where the window
-    before the prefix's end is still there. `call_cost`: see `Plan`.
+    before the prefix's end is still there. `call_cost`: see `Plan`. `rows`: flash attention's rules
+    (`flashrows`): prompt pieces of a long prompt hold `rows.least_rows` tokens or more, and from
+    `rows.lone_from` on a decode token without a neighbouring slot's in its call gets a filler row.
     """
 
     def __init__(self, n_slots: int, batch_size: int, ctx_size: int = 1 << 30, can_cut: bool = True,
-                 share: bool = False, window: int = 0, call_cost: float | None = None) -> None:
+                 share: bool = False, window: int = 0, call_cost: float | None = None,
+                 rows: RowRules = RowRules()) -> None:
         self.slots = [Slot(i) for i in range(n_slots)]
         self.batch_size = batch_size
         self.ctx_size = ctx_size
@@ -195,6 +214,7 @@ class Scheduler:
         self.share = share
         self.window = window
         self.call_cost = call_cost
+        self.rows = rows
         self.waiting: deque[Sequence] = deque()
         self.running: list[Sequence] = []
         self._clock = 0
@@ -213,7 +233,7 @@ class Scheduler:
         return None
 
     def schedule(self) -> Plan:
-        plan = Plan(call_cost=self.call_cost, cells=self.ctx_size)
+        plan = Plan(call_cost=self.call_cost, cells=self.ctx_size, least_rows=self.rows.least_rows)
         self._admit(plan)
         budget = self.batch_size
         # Decode tokens first, prefill after: running streams never stall. Decode tokens go in slot
@@ -224,6 +244,7 @@ class Scheduler:
             draft = self._draft(seq, budget - (len(decoding) - i)) if seq.drafter else ()
             plan.chunks.append(Chunk(seq, seq.n_evaluated, 1 + len(draft), 1 + len(draft), draft))
             budget -= 1 + len(draft)
+        budget -= self._fill_lone(plan.chunks, budget)
         for seq in self.running:
             n = self._prefill_size(seq, budget) if seq.prefilling else 0
             if n:
@@ -240,10 +261,30 @@ class Scheduler:
             room = min(room, seq.max_tokens - seq.n_generated - 1)
         return seq.drafter.propose(seq.tokens, room) if room >= 1 else []
 
+    def _fill_lone(self, chunks: list[Chunk], budget: int) -> int:
+        """Give a filler row to each decode token that would be its micro-batch's lone row over a long
+        cache (`flashrows`): llama.cpp puts neighbouring slots' tokens in one micro-batch, so a token
+        is lone when neither neighbour slot decodes in its call. Returns the rows added."""
+        lone_from = self.rows.lone_from
+        if lone_from is None:
+            return 0
+        decoding = {c.seq.slot for c in chunks if c.decodes}
+        added = 0
+        for i, c in enumerate(chunks):
+            if (added < budget and c.decodes and lone_from <= c.start < self.ctx_size - 1
+                    and not {c.seq.slot - 1, c.seq.slot + 1} & decoding):
+                chunks[i] = Chunk(c.seq, c.start, 2, 2, [guess_next(c.seq.tokens)], filler=True)
+                added += 1
+        return added
+
+    def _least(self, seq: Sequence) -> int:
+        return least_piece(seq.n_prompt, self.rows.least_rows)
+
     def _prefill_size(self, seq: Sequence, budget: int) -> int:
-        """Exactness first (no lone prompt token), progress always: an otherwise empty batch takes what fits."""
+        """Exactness first (no piece too short), progress always: an otherwise empty batch takes what fits."""
         remaining = seq.n_prompt - seq.n_evaluated
-        return prefill_size(remaining, budget) or (min(remaining, budget) if budget == self.batch_size else 0)
+        return (prefill_size(remaining, budget, self._least(seq))
+                or (min(remaining, budget) if budget == self.batch_size else 0))
 
     def commit(self, chunks: list[Chunk]) -> None:
         """These chunks were decoded: their tokens are now in the slots' caches."""
@@ -259,7 +300,8 @@ class Scheduler:
         slot's cache, by the returned trim (the sequence's next token, sampled after them, is pending
         as usual)."""
         seq, keep = chunk.seq, chunk.start + 1 + accepted
-        seq.drafter.adapt(len(chunk.draft), accepted)
+        if not chunk.filler:
+            seq.drafter.adapt(len(chunk.draft), accepted)
         seq.n_evaluated = keep
         if keep == chunk.start + chunk.n:
             return None
@@ -282,7 +324,7 @@ class Scheduler:
                 return
             seq = self.waiting.popleft()
             self._copy_best_prefix(slot, seq, plan)
-            keep = max(0, min(common_prefix(slot.tokens, seq.tokens), seq.n_prompt - MIN_PREFILL))
+            keep = max(0, min(common_prefix(slot.tokens, seq.tokens), seq.n_prompt - self._least(seq)))
             keep = keep if self.can_cut and self._holds(slot, keep) else 0
             if keep < len(slot.tokens):
                 plan.edits.append(Trim(slot.id, keep))
@@ -343,4 +385,4 @@ class Scheduler:
         return max(free, key=key)
 
 
-__all__ = ["Chunk", "Copy", "Plan", "Scheduler", "Slot", "Trim", "common_prefix", "stairs"]
+__all__ = ["Chunk", "Copy", "Plan", "Scheduler", "Slot", "Trim", "common_prefix", "least_piece", "stairs"]

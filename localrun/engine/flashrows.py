@@ -1,0 +1,51 @@
+"""The schedule rules that keep CPU flash attention exact, decided from plain data.
+
+ggml-cpu's flash-attention kernel (`ggml_compute_forward_flash_attn_ext_f16` in the vendored
+ops.cpp) takes one of three paths for a micro-batch over an f16 or f32 cache, and each sums a query
+row's attention in another order:
+
+- the tiled kernel, for a sequence's rows in a micro-batch holding at least `TILE_ROWS` of them
+  (`GGML_FA_TILE_Q`): f32 accumulators over 64-cell tiles;
+- the one-row kernel, for fewer rows: f16 accumulators, cell by cell;
+- a split of the cells between the threads, for a micro-batch holding one row of one sequence over
+  `SPLIT_CELLS` cells or more: per-thread partial sums, combined, so the result also depends on the
+  thread count.
+
+Each path computes a row alone (masked cells add nothing), so an answer is the same alone and beside
+other requests when every row takes the same path in both: a prompt of `TILE_ROWS` tokens or more
+is evaluated in pieces of at least that many rows (a shorter one takes the one-row kernel in pieces
+of any size), and a decoded token never sits alone in its micro-batch once its stream's padded cells
+reach `SPLIT_CELLS`: it gets a second row, a one-token draft the verification keeps when the model
+agrees (`drafts.guess_next`). A quantized cache takes the one-row kernel for every row; without flash
+attention the lone-row rule is `scheduler.MIN_PREFILL`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from localrun.engine.decodecalls import KV_PAD
+
+TILE_ROWS = 64  # ggml-cpu's GGML_FA_TILE_Q
+SPLIT_CELLS = 512  # a lone row over this many cells is split between the threads
+UNQUANTIZED = ("f16", "f32")
+
+
+@dataclass(frozen=True, slots=True)
+class RowRules:
+    """`least_rows`: the fewest rows a piece of a prompt that long may have (0: no rule beyond
+    MIN_PREFILL). `lone_from`: the position from which a lone decode token gets a second row (None: never)."""
+
+    least_rows: int = 0
+    lone_from: int | None = None
+
+
+def row_rules(cpu_flash_attn: bool, kv_type: str) -> RowRules:
+    """The rules for a context: only the CPU kernel over an unquantized cache needs them. A token at
+    position p is the (p + 1)th cell of its stream, which llama.cpp pads to a multiple of KV_PAD."""
+    if not cpu_flash_attn or kv_type not in UNQUANTIZED:
+        return RowRules()
+    return RowRules(least_rows=TILE_ROWS, lone_from=SPLIT_CELLS - KV_PAD)
+
+
+__all__ = ["RowRules", "SPLIT_CELLS", "TILE_ROWS", "row_rules"]
