@@ -73,6 +73,19 @@ def test_greedy_output_with_drafts_is_the_output_without_alone_and_batched(engin
     assert 0 < t.draft_accepted <= t.draft_tokens and t.generated_tokens == plain[0].finished.timings.generated_tokens
 
 
+def test_with_flash_attention_an_f16_cache_drafts_exactly_too(smollm2_path):
+    """CPU flash attention computes a draft's rows with its one-row kernel, as plain decoding does,
+    while a draft stays under 64 rows (`flashrows`): the probe says so and the answers agree."""
+    with Engine(str(smollm2_path), EngineSettings(parallel=3, ctx_size=1024, threads=2, flash_attn="on",
+                                                  speculative=64)) as eng:
+        assert eng.info["speculative_exact"] is True
+        prompts = COPYING[:2] + FREE[:1]
+        plain = run_each(eng, prompts, 0)
+        batched = run_all(eng, prompts, 64)
+    assert [b.tokens for b in batched] == [p.tokens for p in plain]
+    assert batched[0].finished.timings.draft_accepted >= 30
+
+
 def test_seeded_sampling_and_logprobs_are_unchanged_by_drafts(engine):
     sampling = dict(temperature=0.7, seed=11, logprobs=2)
     plain = run_each(engine, COPYING[:2], 0, **sampling)
@@ -137,7 +150,8 @@ def test_the_row_probe_tells_the_cache_types_apart(smollm2_path):
     model = Model(str(smollm2_path), 0)
     try:
         assert rows_alike(model, 9, threads=THREADS, flash_attn="on", kv_type="q4_0") is True
-        # a lone row of a lone sequence takes a split-KV kernel from 512 cells on: named, not probed
-        assert rows_alike(model, 9, threads=THREADS, flash_attn="on", kv_type="f16") is False
+        assert rows_alike(model, 9, threads=THREADS, flash_attn="on", kv_type="f16") is True  # the one-row kernel
+        assert rows_alike(model, 64, threads=THREADS, flash_attn="on", kv_type="f16") is False  # a tile: tiled
+        assert rows_alike(model, 9, threads=THREADS, flash_attn="off", kv_type="f16") is False  # tinyBLAS
     finally:
         model.free()

@@ -72,11 +72,13 @@ class Engine:
         self.flash_attn = resolve_flash_attn(settings.flash_attn, settings.kv_cache_type, has_gpu())
         self.can_draft = _can_drop_tail(self.model)
         can_cut = not (L.llama_model_is_recurrent(self.model.ptr) or L.llama_model_is_hybrid(self.model.ptr))
+        rows = self._row_rules()
         try:
             # Whether drafted answers equal plain ones bit for bit here: measured once, when drafting is on.
             self.speculative_exact = rows_alike(
-                self.model, settings.speculative + 1, threads=self._threads, flash_attn=self.flash_attn,
-                kv_type=settings.kv_cache_type) if settings.speculative and self.can_draft else None
+                self.model, rows.max_draft(settings.speculative) + 1, threads=self._threads,
+                flash_attn=self.flash_attn, kv_type=settings.kv_cache_type,
+            ) if settings.speculative and self.can_draft else None
             self.ctx = new_context(self.model, n_ctx=settings.parallel * settings.ctx_size,
                                    n_batch=settings.batch_size, n_seq_max=settings.parallel,
                                    threads=self._threads, flash_attn=self.flash_attn,
@@ -95,7 +97,7 @@ class Engine:
         window = L.llama_model_n_swa(self.model.ptr)
         self.scheduler = Scheduler(settings.parallel, settings.batch_size, settings.ctx_size, can_cut, share=True,
                                    window=window, call_cost=self._decode_call_cost(can_cut and not window),
-                                   rows=self._row_rules())
+                                   rows=rows)
         self._embedder: Embedder | None = None
         self._scorer: Scorer | None = None
         self._eog: list[int] | None = None

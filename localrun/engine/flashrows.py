@@ -14,9 +14,9 @@ row's attention in another order:
 Each path computes a row alone (masked cells add nothing), so an answer is the same alone and beside
 other requests when every row takes the same path in both: a prompt of `TILE_ROWS` tokens or more
 is evaluated in pieces of at least that many rows (a shorter one takes the one-row kernel in pieces
-of any size), and a decoded token never sits alone in its micro-batch once its stream's padded cells
+of any size), a decoded token never sits alone in its micro-batch once its stream's padded cells
 reach `SPLIT_CELLS`: it gets a second row, a one-token draft the verification keeps when the model
-agrees (`drafts.guess_next`). A quantized cache takes the one-row kernel for every row; without flash
+agrees (`drafts.guess_next`), and a speculative draft stays under a tile (`RowRules.max_draft`). A quantized cache takes the one-row kernel for every row; without flash
 attention the lone-row rule is `scheduler.MIN_PREFILL`.
 """
 
@@ -38,6 +38,11 @@ class RowRules:
 
     least_rows: int = 0
     lone_from: int | None = None
+
+    def max_draft(self, n: int) -> int:
+        """At most `n` drafted tokens, fewer where a draft's chunk would reach a tile: drafts then
+        take the one-row kernel, as plain decoding does, and verify exactly."""
+        return min(n, self.least_rows - 2) if self.least_rows else n
 
 
 def row_rules(cpu_flash_attn: bool, kv_type: str) -> RowRules:

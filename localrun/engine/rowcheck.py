@@ -7,8 +7,8 @@ the weight types (some have batched or repacked kernels), the KV cache type and 
 and the backend, so it is measured, not guessed: the same tokens are evaluated one row at a time
 and as one chunk on a scratch context with the engine's settings, and the logits are compared.
 
-One case a short probe cannot see is named instead: on a CPU, flash attention over an f16/f32 cache
-switches a lone row of a lone sequence to a split-KV kernel once the cache holds 512 cells.
+One case a short probe cannot see, the thread-split kernel CPU flash attention takes for a lone row
+over 512+ cells, the engine's schedule never lets happen (`flashrows`).
 """
 
 from __future__ import annotations
@@ -25,8 +25,6 @@ PREFIX = 4  # tokens evaluated first, as a prompt would be
 
 def rows_alike(model: Model, rows: int, *, threads: int, flash_attn: str, kv_type: str) -> bool:
     """Whether `rows` tokens evaluated one by one and as one chunk give bit-identical logits."""
-    if flash_attn == "on" and kv_type == "f16" and model.gpu_layers == 0:
-        return False
     tokens = model.tokenize(PROBE_TEXT * (1 + rows // 8), add_special=True, parse_special=False)[:PREFIX + rows]
     with SideContext(model, "probing how rows are computed", n_ctx=max(64, len(tokens)), n_batch=len(tokens),
                      n_seq_max=1, threads=threads, flash_attn=flash_attn, kv_type=kv_type) as side:

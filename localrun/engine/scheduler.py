@@ -256,7 +256,7 @@ class Scheduler:
     def _draft(self, seq: Sequence, room: int) -> list[int]:
         """Draft tokens for a decoding sequence: within the batch room left after the other decode
         tokens, within the context, and no more than the tokens it may still generate."""
-        room = min(room, self.ctx_size - len(seq.tokens))
+        room = self.rows.max_draft(min(room, self.ctx_size - len(seq.tokens)))
         if seq.max_tokens is not None:
             room = min(room, seq.max_tokens - seq.n_generated - 1)
         return seq.drafter.propose(seq.tokens, room) if room >= 1 else []

@@ -8,14 +8,11 @@ import os
 
 def resolve_flash_attn(setting: str, kv_cache_type: str, gpu_offload: bool) -> str:
     """What "auto" means here: on a GPU, llama.cpp's own choice; quantized KV needs flash attention;
-    on a CPU it is off. The CPU flash-attention kernel changes its summation order with the number of
-    query rows (a 64-token prefill chunk gave different greedy output than 61 or 512), so batched and
-    chunked runs would no longer match solo runs token for token; without it they do. Once a sequence
-    holds more than 256 cells, a token it decodes alone is summed by a kernel that splits the cache
-    between the threads, and the same token decoded beside other streams by one that does not. Its
-    speed depends on the CPU: over a short cache 5% faster on an Intel Xeon, 26% on an AMD EPYC (it
-    skips the padding cells llama.cpp attends over otherwise), over 1.4k tokens 1.6-1.8x slower on the
-    Xeon, 7% faster on the EPYC (docs/benchmarks.md).
+    on a CPU it is off, for speed: the scheduler keeps the CPU kernel exact when it is on
+    (`flashrows`), but that kernel's speed depends on the CPU. Over a short cache it is 5% faster on
+    an Intel Xeon, 26% on an AMD EPYC Zen 4, level on a Zen 3 (it skips the padding cells llama.cpp
+    attends over otherwise); over 1.4k tokens 1.6-1.8x slower on the Xeon and on the Zen 3, 7% faster
+    on the Zen 4 (docs/benchmarks.md).
     """
     if setting != "auto":
         return setting
