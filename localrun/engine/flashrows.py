@@ -14,10 +14,11 @@ row's attention in another order:
 Each path computes a row alone (masked cells add nothing), so an answer is the same alone and beside
 other requests when every row takes the same path in both: a prompt of `TILE_ROWS` tokens or more
 is evaluated in pieces of at least that many rows (a shorter one takes the one-row kernel in pieces
-of any size), a decoded token never sits alone in its micro-batch once its stream's padded cells
+of any size); a decoded token never sits alone in its micro-batch once its stream's padded cells
 reach `SPLIT_CELLS`: it gets a second row, a one-token draft the verification keeps when the model
-agrees (`drafts.guess_next`), and a speculative draft stays under a tile (`RowRules.max_draft`). A quantized cache takes the one-row kernel for every row; without flash
-attention the lone-row rule is `scheduler.MIN_PREFILL`.
+agrees (`drafts.guess_next`); and a speculative draft stays under a tile (`RowRules.max_draft`), in
+the one-row kernel as plain decoding. A quantized cache takes the one-row kernel for every row;
+without flash attention the lone-row rule is `scheduler.MIN_PREFILL`.
 """
 
 from __future__ import annotations

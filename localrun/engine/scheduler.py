@@ -79,7 +79,7 @@ class Plan:
 
     `call_cost`: what another call for decode tokens costs, in cells one row attends over
     (`decodecalls.call_cost`); None: decode tokens always share one call. `cells`: a slot's KV stream size.
-    `least_rows`: the flash-attention piece rule (`least_rows`).
+    `least_rows`: flash attention's fewest rows in a long prompt's piece (`RowRules`, `least_piece`).
     """
 
     chunks: list[Chunk] = field(default_factory=list)
