@@ -85,7 +85,9 @@ def test_create_answers_with_text_and_usage(client):
 
 
 def test_stream_accumulates_to_the_created_message(client):
-    request = dict(model=MODEL, max_tokens=30, system="You are terse.", messages=ask("Count to five."), **GREEDY)
+    # an answer at most half the prompt's length: a slot's cached prompt is reused only while it is at
+    # least half of what the slot holds, and which answer the greedy kernels give differs between CPUs
+    request = dict(model=MODEL, max_tokens=10, system="You are terse.", messages=ask("Count to five."), **GREEDY)
     created = client.messages.create(**request)
     with client.messages.stream(**request) as stream:
         deltas = [event.delta.text for event in stream if event.type == "content_block_delta"]
