@@ -86,13 +86,20 @@ def ratio(a: float, b: float) -> str:
 
 
 def cpu_model(cpuinfo: str) -> str:
-    """The CPU's name from /proc/cpuinfo's text ("model name" on x86, "Model"/"Hardware" on Arm)."""
-    for key in ("model name", "Model", "Hardware"):
-        for line in cpuinfo.splitlines():
-            name, _, value = line.partition(":")
-            if name.strip() == key and value.strip():
-                return value.strip()
-    return "unknown CPU"
+    """The CPU's name from /proc/cpuinfo's text ("model name" on x86, "Model"/"Hardware" on Arm). On x86
+    its family and model and its widest vector unit follow: a VM may call a Zen 3 and a Zen 4 both
+    "AMD EPYC", and CPU flash attention's verdict differs between them (docs/benchmarks.md)."""
+    fields: dict[str, str] = {}
+    for line in cpuinfo.splitlines():
+        name, _, value = line.partition(":")
+        fields.setdefault(name.strip(), value.strip())
+    model = next((fields[key] for key in ("model name", "Model", "Hardware") if fields.get(key)), "unknown CPU")
+    if "cpu family" not in fields:
+        return model
+    flags = set(fields.get("flags", "").split())
+    vector = "AVX-512" if "avx512f" in flags else "AVX2" if "avx2" in flags else "no AVX2"
+    amx = ", AMX flag" if "amx_tile" in flags else ""
+    return f"{model} (family {fields['cpu family']} model {fields.get('model', '?')}, {vector}{amx})"
 
 
 def load_average() -> str:

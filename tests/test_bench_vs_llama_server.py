@@ -50,6 +50,11 @@ def test_ratio_guards_a_zero_baseline(bench):
 @pytest.mark.parametrize("cpuinfo, want", [
     ("processor\t: 0\nvendor_id\t: GenuineIntel\nmodel name\t: Intel(R) Xeon(R) Processor\nflags\t: fpu\n",
      "Intel(R) Xeon(R) Processor"),
+    ("processor\t: 0\ncpu family\t: 25\nmodel\t\t: 1\nmodel name\t: AMD EPYC\nflags\t\t: fpu avx2 fma\n"
+     "processor\t: 1\ncpu family\t: 25\nmodel\t\t: 1\nmodel name\t: AMD EPYC\nflags\t\t: fpu avx2 fma\n",
+     "AMD EPYC (family 25 model 1, AVX2)"),
+    ("cpu family\t: 6\nmodel\t\t: 143\nmodel name\t: Intel(R) Xeon(R) Platinum\nflags\t\t: avx2 avx512f amx_tile\n",
+     "Intel(R) Xeon(R) Platinum (family 6 model 143, AVX-512, AMX flag)"),
     ("processor\t: 0\nmodel name\t: AMD EPYC 7763 64-Core Processor\n", "AMD EPYC 7763 64-Core Processor"),
     ("processor\t: 0\nBogoMIPS\t: 50.00\n\nModel\t: Raspberry Pi 4 Model B Rev 1.4\n", "Raspberry Pi 4 Model B Rev 1.4"),
     ("processor\t: 0\n", "unknown CPU"),
