@@ -19,6 +19,10 @@ reach `SPLIT_CELLS`: it gets a second row, a one-token draft the verification ke
 agrees (`drafts.guess_next`); and a speculative draft stays under a tile (`RowRules.max_draft`), in
 the one-row kernel as plain decoding. A quantized cache takes the one-row kernel for every row;
 without flash attention the lone-row rule is `scheduler.MIN_PREFILL`.
+
+What the rules do not cover is the prefix cache's old limit, one case wider: cells a prompt reuses
+were computed for another request, a reply's tokens and a prompt under `TILE_ROWS` tokens one row at
+a time, where the same prompt sent cold computes them tiled.
 """
 
 from __future__ import annotations
