@@ -169,17 +169,23 @@ def probe() -> Machine:
                    xstate=_xcomp_supported() if x86 and linux else None)
 
 
+def cpuinfo_fields(text: str) -> dict[str, str]:
+    """/proc/cpuinfo's "key : value" lines as a dict, the first CPU's value of each key."""
+    fields: dict[str, str] = {}
+    for line in text.splitlines():
+        key, _, value = line.partition(":")
+        fields.setdefault(key.strip(), value.strip())
+    return fields
+
+
 def _cpuinfo_field(*names: str) -> str:
-    """The first CPU's value of the first of `names` found in /proc/cpuinfo ("" elsewhere)."""
+    """The first CPU's value of the first of `names` in /proc/cpuinfo ("" where there is none)."""
     try:
         with open("/proc/cpuinfo", encoding="ascii", errors="replace") as f:
-            for line in f:
-                key, _, value = line.partition(":")
-                if key.strip() in names:
-                    return value.strip()
+            fields = cpuinfo_fields(f.read())
     except OSError:
-        pass
-    return ""
+        return ""
+    return next((fields[name] for name in names if fields.get(name)), "")
 
 
 def _xcomp_supported() -> int | None:
@@ -196,5 +202,5 @@ def _xcomp_supported() -> int | None:
         return None
 
 
-__all__ = ["CpuPlan", "Feature", "Machine", "REBUILD", "build_features", "crash_hint", "machine_key", "plan", "probe",
-           "xstate_enabled"]
+__all__ = ["CpuPlan", "Feature", "Machine", "REBUILD", "build_features", "cpuinfo_fields", "crash_hint", "machine_key",
+           "plan", "probe", "xstate_enabled"]

@@ -55,6 +55,7 @@ import httpx
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from tests.daemon import free_port, start_daemon  # noqa: E402
 
+from localrun.cpu_features import cpuinfo_fields  # noqa: E402
 from localrun.store import Store  # noqa: E402
 
 ROWS = ("load", "followup", "mixed", "split", "busy", "long")
@@ -89,10 +90,7 @@ def cpu_model(cpuinfo: str) -> str:
     """The CPU's name from /proc/cpuinfo's text ("model name" on x86, "Model"/"Hardware" on Arm). On x86
     its family and model and its widest vector unit follow: a VM may call a Zen 3 and a Zen 4 both
     "AMD EPYC", and CPU flash attention's verdict differs between them (docs/benchmarks.md)."""
-    fields: dict[str, str] = {}
-    for line in cpuinfo.splitlines():
-        name, _, value = line.partition(":")
-        fields.setdefault(name.strip(), value.strip())
+    fields = cpuinfo_fields(cpuinfo)
     model = next((fields[key] for key in ("model name", "Model", "Hardware") if fields.get(key)), "unknown CPU")
     if "cpu family" not in fields:
         return model

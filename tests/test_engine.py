@@ -51,6 +51,11 @@ class Run:
         return "".join(self.pieces)
 
 
+def items(n: int) -> str:
+    """A long prompt: `n` numbered short sentences."""
+    return " ".join(f"Item {i} is a {c}." for i, c in enumerate(["red box", "blue cup"] * (n // 2)))
+
+
 def drain(engine: Engine, runs: dict[str, Run], on_step=None) -> dict[str, Run]:
     step = 0
     while engine.has_work:
@@ -99,7 +104,7 @@ def test_batched_equals_solo_with_different_lengths(engine, solo):
 def test_long_prompt_arriving_while_others_decode(smollm2_path, solo):
     eng = Engine(str(smollm2_path), EngineSettings(parallel=4, ctx_size=1024, batch_size=32, threads=THREADS))
     try:
-        long_prompt = eng.tokenize(" ".join(f"Item {i} is a {c}." for i, c in enumerate(["red box", "blue cup"] * 20)))
+        long_prompt = eng.tokenize(items(40))
         assert len(long_prompt) > 280  # ten chunks of the 32-token budget
         alone_long = generate(solo, long_prompt, "sl", max_tokens=24, **GREEDY).tokens
         alone = [generate(solo, p, f"s{i}", max_tokens=40, **GREEDY).tokens for i, p in enumerate(PROMPTS[:3])]
@@ -129,7 +134,7 @@ def test_a_long_cache_decodes_in_a_call_of_its_own_and_every_answer_equals_solo(
     ones (`decodecalls`), and that changes no answer."""
     settings = dict(ctx_size=1024, threads=THREADS)
     with Engine(str(smollm2_path), EngineSettings(parallel=1, **settings)) as alone_engine:
-        long_prompt = alone_engine.tokenize(" ".join(f"Item {i} is a {c}." for i, c in enumerate(["red box", "blue cup"] * 45)))
+        long_prompt = alone_engine.tokenize(items(90))
         assert 768 < len(long_prompt) < 1000  # 1024 cells attended where the short ones need 256
         prompts = [long_prompt, *(alone_engine.tokenize(p) for p in PROMPTS[:7])]
         alone = [generate(alone_engine, p, f"s{i}", max_tokens=16, **GREEDY).tokens for i, p in enumerate(prompts)]
@@ -160,7 +165,7 @@ def test_with_flash_attention_every_logit_batched_equals_solo(smollm2_path):
     settings = dict(ctx_size=1024, threads=2, flash_attn="on")
     logged = dict(logprobs=0, **GREEDY)
     with Engine(str(smollm2_path), EngineSettings(parallel=1, **settings)) as alone_engine:
-        long_prompt = alone_engine.tokenize(" ".join(f"Item {i} is a {c}." for i, c in enumerate(["red box", "blue cup"] * 16)))
+        long_prompt = alone_engine.tokenize(items(32))
         mid = alone_engine.tokenize("Describe this list. " + " ".join(f"Row {i}: {c}." for i, c in enumerate(["figs", "pears"] * 9)))
         prompts = [long_prompt, mid, *(alone_engine.tokenize(p) for p in PROMPTS[:6])]
         assert len(long_prompt) > 256 and 64 < len(mid) < 256
