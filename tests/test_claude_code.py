@@ -13,8 +13,10 @@ to go on). The test models are made by `localrun create` from Modelfiles, as a u
 one gives short answers (temperature 0, the end of the first sentence or line as a stop sequence); the
 other is taught by two example turns (MESSAGE) to call Claude Code's Read tool when asked `Read: PATH`,
 since SmolLM2 never calls a tool on its own, and ends its answer at a blank line (its answer to the
-file once rambled on to the output limit, and Claude Code asked it to go on, past the test's timeout). The call is the model's own output, parsed by localrun;
-Claude Code reads the file and sends it back as a tool_result in the next request.
+file once rambled on to the output limit, and Claude Code asked it to go on, past the test's timeout;
+the stop strings are newlines inside triple quotes, since in quotes `\\n` is a backslash and an n).
+The call is the model's own output, parsed by localrun; Claude Code reads the file and sends it back
+as a tool_result in the next request.
 """
 
 from __future__ import annotations
@@ -31,7 +33,7 @@ import pytest
 pytestmark = pytest.mark.skipif(shutil.which("claude") is None,
                                 reason="Claude Code is not installed (.ci/run installs @anthropic-ai/claude-code)")
 
-TERSE_MODELFILE = 'FROM smollm2\nPARAMETER temperature 0\nPARAMETER stop .\nPARAMETER stop "\\n"\n'
+TERSE_MODELFILE = 'FROM smollm2\nPARAMETER temperature 0\nPARAMETER stop .\nPARAMETER stop """\n"""\n'
 QUIET = {"CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1", "DISABLE_AUTOUPDATER": "1", "DISABLE_TELEMETRY": "1",
          "DISABLE_ERROR_REPORTING": "1",
          **{name: "http://127.0.0.1:9" for name in ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "http_proxy",
@@ -39,7 +41,9 @@ QUIET = {"CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1", "DISABLE_AUTOUPDATER":
          "NO_PROXY": "127.0.0.1,localhost", "no_proxy": "127.0.0.1,localhost"}
 READER_MODELFILE = '''FROM smollm2
 PARAMETER temperature 0
-PARAMETER stop "\\n\\n"
+PARAMETER stop """
+
+"""
 MESSAGE user Read: /home/user/notes.md
 MESSAGE assistant """<tool_call>
 {"name": "Read", "arguments": {"file_path": "/home/user/notes.md"}}

@@ -28,6 +28,9 @@ from tests.cli import run_cli
      Modelfile(base="m", messages=({"role": "user", "content": "Is it hot?"}, {"role": "assistant", "content": "Yes."}))),
     ('FROM m\nLICENSE """MIT"""\nLICENSE Apache-2.0', Modelfile(base="m", license="MIT\n\nApache-2.0")),
     ("FROM a\nFROM b\nPARAMETER seed 1\nPARAMETER seed 2", Modelfile(base="b", parameters={"seed": 2})),
+    # as in Ollama, a newline is written as one inside triple quotes: quotes keep a backslash as it is
+    ('FROM m\nPARAMETER stop """\n\n"""\nPARAMETER stop "\\n"\nMESSAGE user """ hi """',
+     Modelfile(base="m", parameters={"stop": ["\n\n", "\\n"]}, messages=({"role": "user", "content": " hi "},))),
 ])
 def test_a_modelfile_parses_into_its_commands(text, expected):
     assert parse_modelfile(text) == expected
@@ -54,7 +57,7 @@ def test_a_bad_modelfile_is_refused_naming_the_line_and_the_mistake(text, words)
 
 
 def test_a_rendered_modelfile_reads_back_the_same():
-    made = Modelfile(base="/x/blob", parameters={"temperature": 0.5, "stop": ["<a>", 'say "b"']},
+    made = Modelfile(base="/x/blob", parameters={"temperature": 0.5, "stop": ["<a>", 'say "b"', "\n", " User:"]},
                      system="Be brief.\nAlways.", template="{{ messages[0].content }}",
                      messages=({"role": "user", "content": "hi"},), license="MIT")
     text = render_modelfile(made.base, made.parameters, made.system, made.template, made.messages, made.license)

@@ -186,7 +186,9 @@ def _commands(text: str):
             text_, _, tail = "\n".join(body).partition('"""')
             if tail.strip():
                 raise InvalidRequest(f'Modelfile line {start}: text after the closing """')
-            argument = f"{head}{text_}"
+            # PARAMETER's value and MESSAGE's content are unquoted after their name: quoted again, they
+            # keep the whitespace that triple quotes hold (a stop string that is a newline, as in Ollama)
+            argument = f'{head}"{text_}"' if command in ("PARAMETER", "MESSAGE") else f"{head}{text_}"
         elif command not in ("PARAMETER", "MESSAGE"):
             argument = _unquoted(argument)
         yield start, command, argument

@@ -356,9 +356,10 @@ async function pull(event) {
         status.textContent = progress.status;
       }
     }
-    status.textContent = `Pulled ${name}.`;
+    bar.hidden = true;
     $('pull-name').value = '';
-    await refreshModels();
+    await refreshModels();  // never throws; "Pulled" shows once the new model is in the list
+    status.textContent = `Pulled ${name}.`;
   } catch (e) {
     status.textContent = `Pull failed: ${e.message}`;
   } finally {
