@@ -181,6 +181,7 @@ ENGINE_RULES: dict[str, Rule] = {
                                 "yes": SPECULATIVE_ON}),
     "rpc": Endpoints("HOST:PORT addresses of RPC workers, comma-separated"),
     "stream_interval_ms": _whole(0, 1000, what="milliseconds from 0 to 1000"),
+    "burst_wait_ms": _whole(0, 1000, what="milliseconds from 0 to 1000"),
 }
 
 
@@ -212,6 +213,7 @@ class EngineSettings:
     safe_mode: bool = False  # plain CPU weights: no repacking, no AMX (after a load crashed; see cpu_features)
     rpc: tuple[str, ...] = ()  # llama.cpp RPC workers (HOST:PORT) the model's layers are spread over
     stream_interval_ms: int = 0  # > 0: a stream's tokens are sent together, about one chunk per this many ms
+    burst_wait_ms: int = 10  # an idle runner waits this long for each next request of a burst (runner/bursts.py)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "rpc", tuple(self.rpc) if isinstance(self.rpc, list) else self.rpc)  # from JSON
@@ -296,6 +298,9 @@ SETTINGS: tuple[Setting, ...] = (
             "0 = every token is sent as it comes; N = a stream's tokens are sent together, about one chunk per "
             "N ms, none held longer than about N ms: fewer wake-ups for the daemon and the client, which on a "
             "machine without a spare core is decode speed (docs/benchmarks.md)."),
+    _engine("LOCALRUN_BURST_WAIT_MS", "burst_wait_ms",
+            "While requests come in bursts, an idle model waits up to N ms for each next one (5 N in all), so "
+            "that their prompts start together; 0 = never wait (runner/bursts.py)."),
     _engine("LOCALRUN_RPC", "rpc", "llama.cpp RPC workers (`localrun worker`) to spread each model's layers over, "
                                    "HOST:PORT,... (needs llama-cpp-python built with -DGGML_RPC=on)."),
     Setting("LOCALRUN_SHUTDOWN_TIMEOUT", "10s", "How long a stopping daemon lets requests in flight finish before it "
@@ -371,7 +376,7 @@ class Settings:
             threads=get("LOCALRUN_THREADS"), flash_attn=get("LOCALRUN_FLASH_ATTN"),
             kv_cache_type=get("LOCALRUN_KV_CACHE_TYPE"), gpu_layers=get("LOCALRUN_GPU_LAYERS"),
             speculative=get("LOCALRUN_SPECULATIVE"), rpc=get("LOCALRUN_RPC"),
-            stream_interval_ms=get("LOCALRUN_STREAM_INTERVAL_MS"),
+            stream_interval_ms=get("LOCALRUN_STREAM_INTERVAL_MS"), burst_wait_ms=get("LOCALRUN_BURST_WAIT_MS"),
         )
         return cls(
             home=get("LOCALRUN_HOME"), host=get("LOCALRUN_HOST"), mirror=get("LOCALRUN_MIRROR"),

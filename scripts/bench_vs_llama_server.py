@@ -7,7 +7,8 @@ exactly --tokens long (checked from each stream's usage). Rounds alternate betwe
 order swaps every round); each figure is the best of --rounds. Rows (pick with --rows):
 
   load      --concurrency streams of distinct prompts: aggregate decode tok/s (best round), ratio, the
-            ratio of the rounds' medians (less moved by one lucky round), TTFT p50. Also
+            ratio of the rounds' medians (less moved by one lucky round), TTFT p50, and the spread of
+            the streams' first tokens (last less first; a stream started apart makes it long). Also
             prints one prompt's greedy answer from both servers, and checks that localrun's answers
             under load equal its answers to the same prompts alone (a mismatch exits 1).
   followup  cold TTFT on a --cold-tokens prompt, decode tok/s after it, and a follow-up turn's TTFT
@@ -155,6 +156,12 @@ def own_ms_per_token(timings: dict) -> float:
     object): `predicted_ms` runs from the first token to the last, so it spans n - 1 decode steps."""
     n = timings.get("predicted_n") or 0
     return timings["predicted_ms"] / (n - 1) if n > 1 else 0.0
+
+
+def first_token_spread(answers: Sequence[Answer]) -> float:
+    """Seconds from the streams' earliest first token to their latest: about one step when their
+    prompts were evaluated together, a whole prefill more when one started before the others."""
+    return max(a.first for a in answers) - min(a.first for a in answers)
 
 
 def aggregate_rate(answers: Sequence[Answer]) -> float:
@@ -361,12 +368,15 @@ class Bench:
             rate = {s.name: max(aggregate_rate(a) for a in runs[s.name, c]) for s in self.servers}
             typical = {s.name: statistics.median(aggregate_rate(a) for a in runs[s.name, c]) for s in self.servers}
             ttft = {s.name: min(statistics.median(x.ttft for x in a) for a in runs[s.name, c]) for s in self.servers}
+            spread = {s.name: statistics.median(first_token_spread(a) for a in runs[s.name, c]) for s in self.servers}
             rows.append([str(c), f"{rate['localrun']:.1f}", f"{rate['llama-server']:.1f}",
                          ratio(rate["localrun"], rate["llama-server"]),
                          ratio(typical["localrun"], typical["llama-server"]),
-                         f"{ttft['localrun']:.3f} / {ttft['llama-server']:.3f} s"])
+                         f"{ttft['localrun']:.3f} / {ttft['llama-server']:.3f} s",
+                         f"{spread['localrun']:.3f} / {spread['llama-server']:.3f} s"])
         self.emit(markdown_table(["concurrent streams", "localrun tok/s", "llama-server tok/s", "ratio",
-                                  "ratio of the rounds' medians", "TTFT p50, localrun / llama-server"], rows))
+                                  "ratio of the rounds' medians", "TTFT p50, localrun / llama-server",
+                                  "first-token spread, median round"], rows))
         self.side_by_side(runs[self.servers[0].name, args.concurrency[0]][0][0],
                           runs[self.servers[1].name, args.concurrency[0]][0][0],
                           story_prompts(f"0.{args.concurrency[0]}", 1)[0])

@@ -33,6 +33,11 @@ def test_aggregate_rate_counts_tokens_after_each_first_over_the_shared_decode_wi
     assert a.ttft == 1.0 and a.decode_rate == pytest.approx(10 / 2.0)
 
 
+def test_the_first_token_spread_is_the_latest_first_token_less_the_earliest(bench):
+    answers = [bench.Answer(start=0.0, first=first, end=3.0, tokens=5) for first in (1.47, 0.22, 1.46)]
+    assert bench.first_token_spread(answers) == pytest.approx(1.25)
+
+
 def test_own_decode_time_spans_the_steps_after_the_first_token(bench):
     assert bench.own_ms_per_token({"predicted_n": 65, "predicted_ms": 832.0}) == pytest.approx(13.0)
     assert bench.own_ms_per_token({"predicted_n": 1, "predicted_ms": 0.0}) == 0.0

@@ -236,3 +236,44 @@ def test_a_steps_decode_tokens_go_out_before_its_prompt_chunks_run(smollm2_path)
     prefill_s = done["timings"]["prompt_ms"] / 1000
     assert done["timings"]["prompt_tokens"] > 300
     assert first_new - running_in_that_step > prefill_s / 2, "the running stream's token waited for the prefill"
+
+
+def test_once_requests_come_in_bursts_a_burst_starts_in_one_step(smollm2_path):
+    """runner/bursts.py: two requests sent 20 ms apart to an idle runner. The first pair, before the
+    runner has seen a burst, starts apart: the second prompt waits for the first's step, so its first
+    token comes a whole prefill later. The next pair is gathered: both prompts are evaluated in one
+    step, and their first tokens come out together (within the short last piece of the longer prompt)."""
+    animals = iter(["fox", "owl", "cat", "elk"])
+
+    async def first_token_gap(runner: RunnerProcess) -> tuple[float, float]:
+        """Seconds between the pair's first tokens, and the second request's own prefill time."""
+        firsts: dict[str, float] = {}
+        dones: dict[str, dict] = {}
+
+        async def consume(name: str) -> None:
+            body = request(f"The {name} story: " + f"the {name} ran on and on, " * 20, 2)  # two fit one step
+            async for message in runner.stream("generate", request=body):
+                if message["type"] == "delta":
+                    firsts.setdefault(name, time.perf_counter())
+                elif message["type"] == "done":
+                    dones[name] = message
+
+        lead, follower = next(animals), next(animals)
+        first = asyncio.create_task(consume(lead))
+        await asyncio.sleep(0.02)  # the lead's step has begun, unless the runner waits for a burst
+        await consume(follower)
+        await first
+        assert dones[follower]["timings"]["prompt_tokens"] > 120 and dones[follower]["timings"]["cached_tokens"] <= 1  # BOS
+        return abs(firsts[follower] - firsts[lead]), dones[follower]["timings"]["prompt_ms"] / 1000
+
+    async def main() -> tuple[tuple[float, float], tuple[float, float]]:
+        runner = await RunnerProcess.start(smollm2_path, EngineSettings(parallel=2, ctx_size=1024, burst_wait_ms=50))
+        try:
+            await generate(runner, "Hello", 1)  # alone, once the runner is up (requests sent earlier wait for it)
+            return await first_token_gap(runner), await first_token_gap(runner)
+        finally:
+            await runner.close()
+
+    (apart, prefill), (together, _) = asyncio.run(main())
+    assert apart > prefill / 2, "the first pair was gathered before any burst was seen"
+    assert together < apart / 3, f"the second pair started apart: {together:.3f} s between first tokens"

@@ -1,10 +1,11 @@
 """The runner's loop: one thread owns the engine; it takes messages between steps and streams events.
 
 A reader thread turns socket lines into an inbox; the engine thread drains the inbox (blocking
-only when the engine is idle), runs one engine step, and sends what each of its `llama_decode`
-calls produced in one write, so the daemon wakes once per call, not once per sequence, and tokens
-sampled early in a step (the decode tokens, a prompt finished in its first call) do not wait for
-the step's later prompt chunks. Every request that touches the llama context (generate, tokenize,
+only when the engine is idle; then, while requests come in bursts, it waits a moment for the rest
+of one, `bursts.py`), runs one engine step, and sends what each of its `llama_decode` calls
+produced in one write, so the daemon wakes once per call, not once per sequence, and tokens sampled
+early in a step (the decode tokens, a prompt finished in its first call) do not wait for the step's
+later prompt chunks. Every request that touches the llama context (generate, tokenize,
 embed, render, score) runs on the engine thread; perplexity, which brings a context of its own and
 can run for minutes, runs on a thread of its own.
 """
@@ -29,6 +30,7 @@ from localrun.ops import (
     OPS, Detokenize, Embed, Embeddings, Health, HealthCheck, Perplexity, PromptLogprobs, PromptTokens, Render, Score,
     Scores, Text, Tokenize, Tokens,
 )
+from localrun.runner.bursts import GATHER_GAPS, Bursts
 from localrun.runner.prompt import build_chat, build_grammar, build_prompt
 from localrun.runner.protocol import Channel
 from localrun.sampling import SamplingParams
@@ -68,18 +70,22 @@ class RunnerHost:
     def __init__(self, engine: Engine, channel: Channel) -> None:
         self.engine = engine
         self.channel = channel
-        self.inbox: queue.SimpleQueue[dict[str, Any]] = queue.SimpleQueue()
+        self.inbox: queue.SimpleQueue[tuple[float, dict[str, Any]]] = queue.SimpleQueue()  # (arrival, message)
         self.choices: dict[str, _Choice] = {}  # engine request id -> choice
         self.unslotted: set[str] = set()  # choices that have not got their sequence slot yet
         self.family: Family = family_for(engine.model.chat_template())
         self.jobs: dict[str, tuple[threading.Thread, threading.Event]] = {}  # request id -> background job
         self.stopping = False
         self.interval = engine.settings.stream_interval_ms / 1000.0
+        self.bursts = Bursts(engine.settings.burst_wait_ms / 1000.0)
 
     def run(self) -> None:
         threading.Thread(target=self._read, name="runner-reader", daemon=True).start()
         while not self.stopping:
-            self._drain(block=not self.engine.has_work)
+            idle = not self.engine.has_work
+            self._drain(block=idle)
+            if idle and self.engine.has_work:
+                self._gather()
             if self.engine.has_work and not self.stopping:
                 began = time.perf_counter()
                 for events in self.engine.calls():  # each llama_decode call's tokens go out before the next call
@@ -93,21 +99,34 @@ class RunnerHost:
     def _read(self) -> None:
         try:
             for message in self.channel:
-                self.inbox.put(message)
+                self.inbox.put((time.perf_counter(), message))
         finally:
-            self.inbox.put(SHUTDOWN)  # the parent is gone: nobody to answer
+            self.inbox.put((time.perf_counter(), SHUTDOWN))  # the parent is gone: nobody to answer
 
     def _drain(self, block: bool) -> None:
         try:
-            message = self.inbox.get(block=block)
+            item = self.inbox.get(block=block)
             while True:
-                self._handle(message)
-                message = self.inbox.get_nowait()
+                self._handle(*item)
+                item = self.inbox.get_nowait()
         except queue.Empty:
             pass
 
-    def _handle(self, message: dict[str, Any]) -> None:
+    def _gather(self) -> None:
+        """The engine was idle and has work now: while requests come in bursts, take each next one that
+        comes within a moment of the last, so that their prompts share the first step (`bursts.py`)."""
+        wait = self.bursts.wait()
+        deadline = time.perf_counter() + GATHER_GAPS * wait
+        while wait and not self.stopping and (left := deadline - time.perf_counter()) > 0:
+            try:
+                self._handle(*self.inbox.get(timeout=min(wait, left)))
+            except queue.Empty:
+                return
+
+    def _handle(self, arrival: float, message: dict[str, Any]) -> None:
         op, rid = message.get("op"), message.get("id", "")
+        if op == "generate":
+            self.bursts.arrived(arrival, idle=not self.engine.has_work)
         if op == "shutdown":
             self.stopping = True
             return
