@@ -365,15 +365,16 @@ class Bench:
                         *(chat(self.client, server, user(p), args.tokens) for p in prompts)))
         rows = []
         for c in args.concurrency:
-            rate = {s.name: max(aggregate_rate(a) for a in runs[s.name, c]) for s in self.servers}
-            typical = {s.name: statistics.median(aggregate_rate(a) for a in runs[s.name, c]) for s in self.servers}
-            ttft = {s.name: min(statistics.median(x.ttft for x in a) for a in runs[s.name, c]) for s in self.servers}
-            spread = {s.name: statistics.median(first_token_spread(a) for a in runs[s.name, c]) for s in self.servers}
-            rows.append([str(c), f"{rate['localrun']:.1f}", f"{rate['llama-server']:.1f}",
-                         ratio(rate["localrun"], rate["llama-server"]),
-                         ratio(typical["localrun"], typical["llama-server"]),
-                         f"{ttft['localrun']:.3f} / {ttft['llama-server']:.3f} s",
-                         f"{spread['localrun']:.3f} / {spread['llama-server']:.3f} s"])
+            def each(summary: Callable[[list], float], c: int = c) -> tuple[float, float]:
+                """`summary` of localrun's rounds at `c` streams, and of llama-server's."""
+                return summary(runs["localrun", c]), summary(runs["llama-server", c])
+
+            rate = each(lambda rounds: max(map(aggregate_rate, rounds)))
+            typical = each(lambda rounds: statistics.median(map(aggregate_rate, rounds)))
+            ttft = each(lambda rounds: min(statistics.median(x.ttft for x in a) for a in rounds))
+            spread = each(lambda rounds: statistics.median(map(first_token_spread, rounds)))
+            rows.append([str(c), f"{rate[0]:.1f}", f"{rate[1]:.1f}", ratio(*rate), ratio(*typical),
+                         "{:.3f} / {:.3f} s".format(*ttft), "{:.3f} / {:.3f} s".format(*spread)])
         self.emit(markdown_table(["concurrent streams", "localrun tok/s", "llama-server tok/s", "ratio",
                                   "ratio of the rounds' medians", "TTFT p50, localrun / llama-server",
                                   "first-token spread, median round"], rows))

@@ -116,8 +116,10 @@ class RunnerHost:
         """The engine was idle and has work now: while requests come in bursts, take each next one that
         comes within a moment of the last, so that their prompts share the first step (`bursts.py`)."""
         wait = self.bursts.wait()
+        if not wait:
+            return
         deadline = time.perf_counter() + GATHER_GAPS * wait
-        while wait and not self.stopping and (left := deadline - time.perf_counter()) > 0:
+        while not self.stopping and (left := deadline - time.perf_counter()) > 0:
             try:
                 self._handle(*self.inbox.get(timeout=min(wait, left)))
             except queue.Empty:
