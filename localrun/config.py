@@ -182,6 +182,7 @@ ENGINE_RULES: dict[str, Rule] = {
     "rpc": Endpoints("HOST:PORT addresses of RPC workers, comma-separated"),
     "stream_interval_ms": _whole(0, 1000, what="milliseconds from 0 to 1000"),
     "burst_wait_ms": _whole(0, 1000, what="milliseconds from 0 to 1000"),
+    "prefill_slice_ms": _whole(0, 60000, what="milliseconds from 0 to 60000"),
 }
 
 
@@ -214,6 +215,7 @@ class EngineSettings:
     rpc: tuple[str, ...] = ()  # llama.cpp RPC workers (HOST:PORT) the model's layers are spread over
     stream_interval_ms: int = 0  # > 0: a stream's tokens are sent together, about one chunk per this many ms
     burst_wait_ms: int = 10  # an idle runner waits this long for each next request of a burst (runner/bursts.py)
+    prefill_slice_ms: int = 250  # prompt work a step does beside decoding streams; 0 = the batch size (promptpace)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "rpc", tuple(self.rpc) if isinstance(self.rpc, list) else self.rpc)  # from JSON
@@ -301,6 +303,10 @@ SETTINGS: tuple[Setting, ...] = (
     _engine("LOCALRUN_BURST_WAIT_MS", "burst_wait_ms",
             "While requests come in bursts, an idle model waits up to N ms for each next one (5 N in all), so "
             "that their prompts start together; 0 = never wait (runner/bursts.py)."),
+    _engine("LOCALRUN_PREFILL_SLICE_MS", "prefill_slice_ms",
+            "While streams decode, a step evaluates other requests' prompts for about N ms at most (the rate "
+            "is measured), so a long prompt arriving slows running streams instead of stopping them; 0 = up "
+            "to LOCALRUN_BATCH_SIZE tokens a step, as llama-server does (engine/promptpace.py)."),
     _engine("LOCALRUN_RPC", "rpc", "llama.cpp RPC workers (`localrun worker`) to spread each model's layers over, "
                                    "HOST:PORT,... (needs llama-cpp-python built with -DGGML_RPC=on)."),
     Setting("LOCALRUN_SHUTDOWN_TIMEOUT", "10s", "How long a stopping daemon lets requests in flight finish before it "
@@ -377,6 +383,7 @@ class Settings:
             kv_cache_type=get("LOCALRUN_KV_CACHE_TYPE"), gpu_layers=get("LOCALRUN_GPU_LAYERS"),
             speculative=get("LOCALRUN_SPECULATIVE"), rpc=get("LOCALRUN_RPC"),
             stream_interval_ms=get("LOCALRUN_STREAM_INTERVAL_MS"), burst_wait_ms=get("LOCALRUN_BURST_WAIT_MS"),
+            prefill_slice_ms=get("LOCALRUN_PREFILL_SLICE_MS"),
         )
         return cls(
             home=get("LOCALRUN_HOME"), host=get("LOCALRUN_HOST"), mirror=get("LOCALRUN_MIRROR"),

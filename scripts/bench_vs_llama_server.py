@@ -15,6 +15,8 @@ order swaps every round); each figure is the best of --rounds. Rows (pick with -
             (prefix cache) against the cold one.
   mixed     one conversation with a --cold-tokens prompt (found in the prefix cache) decoding beside
             --concurrency's largest count less one short streams: aggregate decode tok/s.
+  stall     a stream decoding when a --cold-tokens prompt arrives: the stream's longest wait for a
+            token, and the long prompt's TTFT.
   split     where a single stream's time goes: each server's own decode time per token (its `timings`),
             with the answer streamed and not, and the time per token its client sees.
   busy      single-stream tok/s idle and with a spin loop keeping one core busy, and busy / idle.
@@ -59,7 +61,7 @@ from tests.daemon import free_port, start_daemon  # noqa: E402
 from localrun.cpu_features import cpuinfo_fields  # noqa: E402
 from localrun.store import Store  # noqa: E402
 
-ROWS = ("load", "followup", "mixed", "split", "busy", "long")
+ROWS = ("load", "followup", "mixed", "stall", "split", "busy", "long")
 ANIMALS = ("fox", "cat", "owl", "bear", "wolf", "hare", "crow", "mole")
 SKILLS = ("sing", "swim", "cook", "paint", "dance", "read", "count", "fly")
 WORDS = ("garden river stone window morning lantern harbour market letter winter candle bridge meadow "
@@ -67,6 +69,8 @@ WORDS = ("garden river stone window morning lantern harbour market letter winter
          "kitchen island mirror feather blanket station valley pocket shadow ribbon tower violin "
          "breakfast journey cabinet pebble saddle canyon falcon glacier hammer jungle kettle marble").split()
 FOLLOW_UP = "Now say that again in one short sentence."
+# The stall row's stream: its first second's tokens, then as many again while the long prompt is evaluated.
+STALL_STREAM_TOKENS = 192
 # A spin loop that looks up every few milliseconds whether its parent is gone (no fork-time hook: the event loop runs).
 SPIN = "import os\np = os.getppid()\nwhile os.getppid() == p:\n    for _ in range(200000): pass"
 
@@ -140,6 +144,8 @@ class Answer:
     prompt_tokens: int = 0
     cached_tokens: int = 0
     own_ms_per_token: float = 0.0  # the server's own decode time per token after the first (its `timings`)
+    last: float = 0.0  # the latest chunk with text
+    longest_gap: float = 0.0  # the longest wait between two chunks with text
 
     @property
     def ttft(self) -> float:
@@ -220,7 +226,10 @@ def read_chunk(answer: Answer, data: dict, name: str) -> None:
     for choice in data.get("choices") or ():
         piece = (choice.get("delta") or {}).get("content") or ""
         if piece:
-            answer.first = answer.first or time.perf_counter()
+            now = time.perf_counter()
+            answer.first = answer.first or now
+            answer.longest_gap = max(answer.longest_gap, now - (answer.last or now))
+            answer.last = now
             answer.text += piece
     if data.get("timings"):
         answer.own_ms_per_token = own_ms_per_token(data["timings"])
@@ -451,6 +460,28 @@ class Bench:
             [f"1 conversation of {args.cold_tokens} prompt tokens + {streams - 1} short streams, {args.tokens} tokens each",
              "localrun tok/s", "llama-server tok/s", "ratio"],
             [["aggregate decode", f"{ours:.1f}", f"{theirs:.1f}", ratio(ours, theirs)]]))
+
+    async def stall(self) -> None:
+        """A stream decoding when a long prompt arrives (an agent's request beside a chat): a step that
+        evaluates the whole prompt stops the stream for that long. The prompt is sent a second after
+        the stream, and answers with 2 tokens; the stream's longest wait between two tokens, and the
+        long prompt's TTFT."""
+        args, gaps, ttft = self.args, defaultdict(list), defaultdict(list)
+        for r in range(args.rounds):
+            long_prompt = user(await filler(self.client, self.servers[1], f"stall-{r}", args.cold_tokens))
+            chat_prompt = user(story_prompts(f"stall{r}", 1)[0])
+            for server in in_turn(self.servers, r):
+                stream = asyncio.create_task(chat(self.client, server, chat_prompt, STALL_STREAM_TOKENS))
+                await asyncio.sleep(1.0)
+                long = await chat(self.client, server, long_prompt, 2)
+                gaps[server.name].append((await stream).longest_gap)
+                ttft[server.name].append(long.ttft)
+        (lg, sg), (lt, st) = [(min(x["localrun"]), min(x["llama-server"])) for x in (gaps, ttft)]
+        self.emit(markdown_table(
+            [f"a stream ({STALL_STREAM_TOKENS} tokens) when a {args.cold_tokens}-token prompt arrives",
+             "localrun", "llama-server", "ratio"],
+            [["the stream's longest wait for a token", f"{lg:.3f} s", f"{sg:.3f} s", ratio(lg, sg)],
+             ["the long prompt's TTFT", f"{lt:.3f} s", f"{st:.3f} s", ratio(lt, st)]]))
 
     async def split(self) -> None:
         """Where one stream's time per token goes. Each server times its own decoding (`timings`), so

@@ -77,3 +77,12 @@ def test_rounds_alternate_which_server_goes_first(bench):
 def test_every_stream_of_every_round_gets_its_own_prompt(bench):
     prompts = [p for tag in ("0.8", "1.8", "0.4") for p in bench.story_prompts(tag, 8)]
     assert len(set(prompts)) == len(prompts) == 24
+
+
+def test_a_streams_longest_gap_is_the_longest_wait_between_chunks_with_text(bench, monkeypatch):
+    answer = bench.Answer(start=0.0)
+    clock = iter([1.0, 1.1, 3.6, 3.7])
+    monkeypatch.setattr(bench.time, "perf_counter", lambda: next(clock))
+    for piece in ("a", "b", "", "c", "d"):
+        bench.read_chunk(answer, {"choices": [{"delta": {"content": piece}}]}, "x")
+    assert answer.first == 1.0 and answer.longest_gap == pytest.approx(2.5) and answer.text == "abcd"

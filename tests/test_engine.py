@@ -128,6 +128,30 @@ def test_long_prompt_arriving_while_others_decode(smollm2_path, solo):
         eng.close()
 
 
+def test_a_long_prompt_beside_a_stream_takes_a_slice_of_each_step_and_changes_no_answer(smollm2_path, solo):
+    """The batch (512 tokens) would hold the whole 300-token prompt in one step while the stream waits
+    for it; the prompt pace (`promptpace`) gives the prompt about 50 ms of each step instead, and
+    neither answer changes."""
+    settings = EngineSettings(parallel=2, ctx_size=1024, threads=THREADS, prefill_slice_ms=50)
+    with Engine(str(smollm2_path), settings) as eng:
+        long_prompt = eng.tokenize(items(40))
+        alone = [generate(solo, p, f"s{i}", max_tokens=n, **GREEDY).tokens
+                 for i, (p, n) in enumerate([(eng.tokenize(PROMPTS[0]), 40), (long_prompt, 8)])]
+        eng.add(Request("stream", eng.tokenize(PROMPTS[0]), SamplingParams(max_tokens=40, **GREEDY)))
+        evaluated: list[int] = []
+
+        def join(step: int) -> None:
+            if step == 2:
+                eng.add(Request("long", long_prompt, SamplingParams(max_tokens=8, **GREEDY)))
+            elif (seq := eng.scheduler.find("long")) and seq.n_evaluated < seq.n_prompt + 1:
+                evaluated.append(seq.n_evaluated)
+
+        runs = drain(eng, {}, join)
+    assert [runs["stream"].tokens, runs["long"].tokens] == alone
+    slices = [b - a for a, b in zip([0, *evaluated], evaluated)]
+    assert len(slices) >= 4 and max(slices) <= 64, slices  # the stream had a token after each
+
+
 def test_a_long_cache_decodes_in_a_call_of_its_own_and_every_answer_equals_solo(smollm2_path):
     """Without flash attention every row of a llama_decode call attends over its longest stream's cells
     (rounded up to 256): a 0.8k-token conversation's decode token goes in a call apart from seven short

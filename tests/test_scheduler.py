@@ -7,6 +7,7 @@ import pytest
 import random
 
 from localrun.engine.flashrows import RowRules
+from localrun.engine.promptpace import least_for
 from localrun.engine.scheduler import Copy, Plan, Scheduler, Trim, common_prefix, least_piece, prefill_size, stairs
 from localrun.engine.sequence import Sequence, Status
 
@@ -463,3 +464,29 @@ def test_a_filler_row_is_neither_for_a_short_cache_nor_past_the_context():
     full.add(last)
     run_step(full)
     assert not full.schedule().chunks[0].filler  # position 300 is the context's last cell
+
+
+def test_beside_decoding_streams_prompts_take_the_prompt_budget_oldest_first():
+    s = Scheduler(n_slots=4, batch_size=64)
+    a = seq("a", [1, 2])
+    s.add(a)
+    run_step(s)
+    first, second = seq("first", list(range(100, 150))), seq("second", list(range(200, 210)))
+    s.add(first)
+    s.add(second)
+    assert layout(s.schedule(prompt_budget=32)) == [("a", 2, 1, 1), ("first", 0, 32, 0)]
+
+
+def test_a_prompt_budget_leaves_a_step_without_streams_the_whole_batch():
+    s = Scheduler(n_slots=2, batch_size=64)
+    s.add(seq("a", list(range(100, 150))))
+    assert layout(s.schedule(prompt_budget=8)) == [("a", 0, 50, 1)]
+
+
+@pytest.mark.parametrize("least", [2, 64])
+def test_the_prompt_paces_fewest_tokens_always_move_the_oldest_prompt_on(least):
+    budget = least_for(least)
+    for n_prompt in range(least, 4 * least):
+        for done in range(0, n_prompt - least + 1):
+            n = prefill_size(n_prompt - done, budget, least)
+            assert n > 0 and n <= max(budget, n_prompt - done) and (n == n_prompt - done or n_prompt - done - n >= least)

@@ -26,6 +26,7 @@ from localrun.engine.flashrows import RowRules, row_rules
 from localrun.engine.rowcheck import rows_alike
 from localrun.engine.logprobs import log_softmax, logits_at, top_n
 from localrun.engine.sampler import Sampler
+from localrun.engine.promptpace import PromptPace, least_for
 from localrun.engine.scheduler import Chunk, Copy, Scheduler, Trim
 from localrun.engine.scoring import Scorer
 from localrun.engine.sequence import Request, Sequence, Status
@@ -98,6 +99,7 @@ class Engine:
         self.scheduler = Scheduler(settings.parallel, settings.batch_size, settings.ctx_size, can_cut, share=True,
                                    window=window, call_cost=self._decode_call_cost(can_cut and not window),
                                    rows=rows)
+        self._pace = PromptPace(settings.prefill_slice_ms / 1000, least_for(rows.least_rows), settings.batch_size)
         self._embedder: Embedder | None = None
         self._scorer: Scorer | None = None
         self._eog: list[int] | None = None
@@ -206,7 +208,7 @@ class Engine:
         Raises LocalrunError if llama.cpp fails to decode; the engine should then be closed.
         """
         events = self._reap_cancelled()
-        plan = self.scheduler.schedule()
+        plan = self.scheduler.schedule(self._pace.budget())
         self._step_decodes = sum(1 for c in plan.chunks if c.decodes)
         for edit in plan.edits:
             self._edit_cache(edit)
@@ -284,8 +286,11 @@ class Engine:
         if self.scheduler.window:  # the window cache may have let old cells go
             for c in chunks:
                 self.scheduler.slots[c.seq.slot].first = max(0, L.llama_memory_seq_pos_min(self.memory, c.seq.slot))
+        seconds = time.perf_counter() - start
         if self._tuner and decoding:
-            self._decoded = (threads, self._decoded[1] + time.perf_counter() - start)
+            self._decoded = (threads, self._decoded[1] + seconds)
+        elif all(c.start < c.seq.n_prompt for c in chunks):
+            self._pace.record(self.batch.n, seconds)
 
     def _record_decoding(self) -> None:
         """Give the tuner the step's decode calls as one: a step may split its decode tokens into

@@ -1,7 +1,8 @@
 """Which tokens go into the next `llama_decode`, decided from plain data (no model needed).
 
 Every step: one decode token for each running sequence first (streams keep flowing), then prefill
-chunks of sequences still loading their prompt, oldest first, within the batch token budget. A
+chunks of sequences still loading their prompt, oldest first, within the batch token budget (and,
+beside decoding streams, within the prompt budget the engine measures, `promptpace`). A
 waiting sequence gets a free slot when there is one: the slot whose cached tokens share the longest
 prefix with its prompt, so that only the rest is evaluated. When another slot (busy or not) holds a
 longer prefix of it, that slot's cache is copied into the free one first; a prompt whose start is
@@ -232,19 +233,24 @@ class Scheduler:
                 return seq
         return None
 
-    def schedule(self) -> Plan:
+    def schedule(self, prompt_budget: int | None = None) -> Plan:
+        """Plan the next step. `prompt_budget`: the most prompt tokens it takes while sequences decode
+        (`promptpace`); None: as many as the batch holds."""
         plan = Plan(call_cost=self.call_cost, cells=self.ctx_size, least_rows=self.rows.least_rows)
         self._admit(plan)
         budget = self.batch_size
-        # Decode tokens first, prefill after: running streams never stall. Decode tokens go in slot
-        # order: llama.cpp reuses the previous step's compute graph only when the batch visits the KV
-        # streams in the same order, and rebuilding it every step cost 20% at 8 sequences.
+        # Decode tokens first, prefill after: running streams keep flowing, and prompts take a bounded
+        # share of a step they decode in. Decode tokens go in slot order: llama.cpp reuses the previous
+        # step's compute graph only when the batch visits the KV streams in the same order, and
+        # rebuilding it every step cost 20% at 8 sequences.
         decoding = [s for s in sorted(self.running, key=lambda s: s.slot) if not s.prefilling and s.pending]
         for i, seq in enumerate(decoding[:budget]):
             draft = self._draft(seq, budget - (len(decoding) - i)) if seq.drafter else ()
             plan.chunks.append(Chunk(seq, seq.n_evaluated, 1 + len(draft), 1 + len(draft), draft))
             budget -= 1 + len(draft)
         budget -= self._fill_lone(plan.chunks, budget)
+        if plan.chunks and prompt_budget is not None:
+            budget = min(budget, prompt_budget)
         for seq in self.running:
             n = self._prefill_size(seq, budget) if seq.prefilling else 0
             if n:
