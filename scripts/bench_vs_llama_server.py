@@ -16,7 +16,7 @@ order swaps every round); each figure is the best of --rounds. Rows (pick with -
   mixed     one conversation with a --cold-tokens prompt (found in the prefix cache) decoding beside
             --concurrency's largest count less one short streams: aggregate decode tok/s.
   stall     a stream decoding when a --cold-tokens prompt arrives: the stream's longest wait for a
-            token, and the long prompt's TTFT.
+            token, and the long prompt's TTFT; then a chat arriving while such a prompt loads: its TTFT.
   split     where a single stream's time goes: each server's own decode time per token (its `timings`),
             with the answer streamed and not, and the time per token its client sees.
   busy      single-stream tok/s idle and with a spin loop keeping one core busy, and busy / idle.
@@ -462,26 +462,34 @@ class Bench:
             [["aggregate decode", f"{ours:.1f}", f"{theirs:.1f}", ratio(ours, theirs)]]))
 
     async def stall(self) -> None:
-        """A stream decoding when a long prompt arrives (an agent's request beside a chat): a step that
-        evaluates the whole prompt stops the stream for that long. The prompt is sent a second after
-        the stream, and answers with 2 tokens; the stream's longest wait between two tokens, and the
-        long prompt's TTFT."""
-        args, gaps, ttft = self.args, defaultdict(list), defaultdict(list)
+        """An agent's long prompt beside a chat, both ways round. A chat streaming when the prompt
+        arrives: a step that evaluates the whole prompt stops the stream for that long (the stream's
+        longest wait between two tokens; the long prompt's TTFT). A chat arriving while the prompt
+        loads: evaluated after it, the chat waits for all of it (the chat's TTFT). Each second request
+        is sent a second after the first; long prompts answer with 2 tokens, new chats with 8."""
+        args, figures = self.args, defaultdict(list)
         for r in range(args.rounds):
-            long_prompt = user(await filler(self.client, self.servers[1], f"stall-{r}", args.cold_tokens))
-            chat_prompt = user(story_prompts(f"stall{r}", 1)[0])
+            prompts = [user(await filler(self.client, self.servers[1], f"stall-{r}-{i}", args.cold_tokens))
+                       for i in range(2)]
+            chats = [user(p) for p in story_prompts(f"stall{r}", 2)]
             for server in in_turn(self.servers, r):
-                stream = asyncio.create_task(chat(self.client, server, chat_prompt, STALL_STREAM_TOKENS))
+                stream = asyncio.create_task(chat(self.client, server, chats[0], STALL_STREAM_TOKENS))
                 await asyncio.sleep(1.0)
-                long = await chat(self.client, server, long_prompt, 2)
-                gaps[server.name].append((await stream).longest_gap)
-                ttft[server.name].append(long.ttft)
-        (lg, sg), (lt, st) = [(min(x["localrun"]), min(x["llama-server"])) for x in (gaps, ttft)]
+                long = await chat(self.client, server, prompts[0], 2)
+                figures["gap", server.name].append((await stream).longest_gap)
+                figures["long", server.name].append(long.ttft)
+                loading = asyncio.create_task(chat(self.client, server, prompts[1], 2))
+                await asyncio.sleep(1.0)
+                figures["chat", server.name].append((await chat(self.client, server, chats[1], 8)).ttft)
+                await loading
+        best = {key: min(values) for key, values in figures.items()}
         self.emit(markdown_table(
-            [f"a stream ({STALL_STREAM_TOKENS} tokens) when a {args.cold_tokens}-token prompt arrives",
-             "localrun", "llama-server", "ratio"],
-            [["the stream's longest wait for a token", f"{lg:.3f} s", f"{sg:.3f} s", ratio(lg, sg)],
-             ["the long prompt's TTFT", f"{lt:.3f} s", f"{st:.3f} s", ratio(lt, st)]]))
+            [f"a {args.cold_tokens}-token prompt beside a chat", "localrun", "llama-server", "ratio"],
+            [[label, f"{best[key, 'localrun']:.3f} s", f"{best[key, 'llama-server']:.3f} s",
+              ratio(best[key, "localrun"], best[key, "llama-server"])]
+             for key, label in [("gap", f"a streaming chat's longest wait for a token ({STALL_STREAM_TOKENS} tokens)"),
+                                ("long", "the long prompt's TTFT"),
+                                ("chat", "a chat's TTFT, sent 1 s into the long prompt")]]))
 
     async def split(self) -> None:
         """Where one stream's time per token goes. Each server times its own decoding (`timings`), so

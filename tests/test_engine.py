@@ -152,6 +152,28 @@ def test_a_long_prompt_beside_a_stream_takes_a_slice_of_each_step_and_changes_no
     assert len(slices) >= 4 and max(slices) <= 64, slices  # the stream had a token after each
 
 
+def test_a_chat_arriving_while_a_long_prompt_loads_is_answered_first_and_changes_no_answer(smollm2_path, solo):
+    """Prompts go shortest rest first: a short chat arriving while a long prompt is evaluated in
+    64-token steps gets its first token in the next step, not after the whole long prompt."""
+    with Engine(str(smollm2_path), EngineSettings(parallel=2, ctx_size=1024, batch_size=64, threads=THREADS)) as eng:
+        long_prompt, chat = eng.tokenize(items(40)), eng.tokenize(PROMPTS[1])
+        alone = [generate(solo, p, f"s{i}", max_tokens=n, **GREEDY).tokens
+                 for i, (p, n) in enumerate([(long_prompt, 8), (chat, 16)])]
+        eng.add(Request("long", long_prompt, SamplingParams(max_tokens=8, **GREEDY)))
+        runs: dict[str, Run] = {}
+        answered_while_long_loads: list[int] = []
+
+        def join(step: int) -> None:
+            if step == 1:
+                eng.add(Request("chat", chat, SamplingParams(max_tokens=16, **GREEDY)))
+            elif (seq := eng.scheduler.find("long")) and seq.prefilling and "chat" in runs:
+                answered_while_long_loads.append(step)
+
+        drain(eng, runs, join)
+    assert [runs["long"].tokens, runs["chat"].tokens] == alone
+    assert answered_while_long_loads[:1] == [2]
+
+
 def test_a_long_cache_decodes_in_a_call_of_its_own_and_every_answer_equals_solo(smollm2_path):
     """Without flash attention every row of a llama_decode call attends over its longest stream's cells
     (rounded up to 256): a 0.8k-token conversation's decode token goes in a call apart from seven short

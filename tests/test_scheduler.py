@@ -466,7 +466,7 @@ def test_a_filler_row_is_neither_for_a_short_cache_nor_past_the_context():
     assert not full.schedule().chunks[0].filler  # position 300 is the context's last cell
 
 
-def test_beside_decoding_streams_prompts_take_the_prompt_budget_oldest_first():
+def test_beside_decoding_streams_prompts_take_the_prompt_budget_shortest_first():
     s = Scheduler(n_slots=4, batch_size=64)
     a = seq("a", [1, 2])
     s.add(a)
@@ -474,7 +474,16 @@ def test_beside_decoding_streams_prompts_take_the_prompt_budget_oldest_first():
     first, second = seq("first", list(range(100, 150))), seq("second", list(range(200, 210)))
     s.add(first)
     s.add(second)
-    assert layout(s.schedule(prompt_budget=32)) == [("a", 2, 1, 1), ("first", 0, 32, 0)]
+    assert layout(s.schedule(prompt_budget=32)) == [("a", 2, 1, 1), ("second", 0, 10, 1), ("first", 0, 22, 0)]
+
+
+def test_a_short_prompt_arriving_while_a_long_one_loads_is_evaluated_in_the_next_step():
+    s = Scheduler(n_slots=2, batch_size=16)
+    s.add(seq("long", list(range(100, 164))))
+    assert layout(run_step(s)) == [("long", 0, 16, 0)]
+    s.add(seq("chat", [1, 2, 3, 4]))
+    assert layout(run_step(s)) == [("chat", 0, 4, 1), ("long", 16, 12, 0)]
+    assert layout(run_step(s)) == [("chat", 4, 1, 1), ("long", 28, 15, 0)]
 
 
 def test_a_prompt_budget_leaves_a_step_without_streams_the_whole_batch():

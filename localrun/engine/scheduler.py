@@ -1,8 +1,8 @@
 """Which tokens go into the next `llama_decode`, decided from plain data (no model needed).
 
 Every step: one decode token for each running sequence first (streams keep flowing), then prefill
-chunks of sequences still loading their prompt, oldest first, within the batch token budget (and,
-beside decoding streams, within the prompt budget the engine measures, `promptpace`). A
+chunks of sequences still loading their prompt, the shortest rest first, within the batch token
+budget (and, beside decoding streams, within the prompt budget the engine measures, `promptpace`). A
 waiting sequence gets a free slot when there is one: the slot whose cached tokens share the longest
 prefix with its prompt, so that only the rest is evaluated. When another slot (busy or not) holds a
 longer prefix of it, that slot's cache is copied into the free one first; a prompt whose start is
@@ -251,7 +251,9 @@ class Scheduler:
         budget -= self._fill_lone(plan.chunks, budget)
         if plan.chunks and prompt_budget is not None:
             budget = min(budget, prompt_budget)
-        for seq in self.running:
+        # The shortest rest first (ties: the oldest): a chat arriving while an agent's long prompt loads
+        # gets its first token in the next step, not after the whole long prompt.
+        for seq in sorted(self.running, key=lambda s: s.n_prompt - s.n_evaluated):
             n = self._prefill_size(seq, budget) if seq.prefilling else 0
             if n:
                 done = seq.n_evaluated + n == seq.n_prompt
