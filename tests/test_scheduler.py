@@ -493,7 +493,7 @@ def test_a_prompt_budget_leaves_a_step_without_streams_the_whole_batch():
 
 
 @pytest.mark.parametrize("least", [2, 64])
-def test_the_prompt_paces_fewest_tokens_always_move_the_oldest_prompt_on(least):
+def test_the_prompt_paces_fewest_tokens_always_move_the_first_prompt_in_line_on(least):
     budget = least_for(least)
     for n_prompt in range(least, 4 * least):
         for done in range(0, n_prompt - least + 1):
