@@ -143,7 +143,7 @@ def test_a_long_prompt_beside_a_stream_takes_a_slice_of_each_step_and_changes_no
         def join(step: int) -> None:
             if step == 2:
                 eng.add(Request("long", long_prompt, SamplingParams(max_tokens=8, **GREEDY)))
-            elif (seq := eng.scheduler.find("long")) and seq.n_evaluated < seq.n_prompt + 1:
+            elif (seq := eng.scheduler.find("long")) and seq.n_evaluated <= seq.n_prompt:
                 evaluated.append(seq.n_evaluated)
 
         runs = drain(eng, {}, join)

@@ -289,7 +289,7 @@ class Engine:
         seconds = time.perf_counter() - start
         if self._tuner and decoding:
             self._decoded = (threads, self._decoded[1] + seconds)
-        elif all(c.start < c.seq.n_prompt for c in chunks):
+        elif all(c.prompt for c in chunks):
             self._pace.record(self.batch.n, seconds)
 
     def _record_decoding(self) -> None:

@@ -53,9 +53,14 @@ class Chunk:
     filler: bool = False
 
     @property
+    def prompt(self) -> bool:
+        """A piece of the sequence's prompt."""
+        return self.start < self.seq.n_prompt
+
+    @property
     def decodes(self) -> bool:
         """A generated token without a draft of the drafter's (no prompt): one token of decoding."""
-        return (not self.draft or self.filler) and self.start >= self.seq.n_prompt
+        return (not self.draft or self.filler) and not self.prompt
 
 
 @dataclass(frozen=True, slots=True)
@@ -253,7 +258,7 @@ class Scheduler:
             budget = min(budget, prompt_budget)
         # The shortest rest first (ties: the oldest): a chat arriving while an agent's long prompt loads
         # gets its first token in the next step, not after the whole long prompt.
-        for seq in sorted(self.running, key=lambda s: s.n_prompt - s.n_evaluated):
+        for seq in sorted(self.running, key=lambda s: s.prompt_left):
             n = self._prefill_size(seq, budget) if seq.prefilling else 0
             if n:
                 done = seq.n_evaluated + n == seq.n_prompt
@@ -290,7 +295,7 @@ class Scheduler:
 
     def _prefill_size(self, seq: Sequence, budget: int) -> int:
         """Exactness first (no piece too short), progress always: an otherwise empty batch takes what fits."""
-        remaining = seq.n_prompt - seq.n_evaluated
+        remaining = seq.prompt_left
         return (prefill_size(remaining, budget, self._least(seq))
                 or (min(remaining, budget) if budget == self.batch_size else 0))
 

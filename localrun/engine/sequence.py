@@ -54,6 +54,11 @@ class Sequence:
         return self.n_evaluated < self.n_prompt
 
     @property
+    def prompt_left(self) -> int:
+        """Prompt tokens not evaluated yet."""
+        return max(0, self.n_prompt - self.n_evaluated)
+
+    @property
     def pending(self) -> int:
         """Tokens known but not yet in the KV cache: a prompt tail, or the last sampled token."""
         return len(self.tokens) - self.n_evaluated
