@@ -215,7 +215,7 @@ class EngineSettings:
     rpc: tuple[str, ...] = ()  # llama.cpp RPC workers (HOST:PORT) the model's layers are spread over
     stream_interval_ms: int = 0  # > 0: a stream's tokens are sent together, about one chunk per this many ms
     burst_wait_ms: int = 10  # an idle runner waits this long for each next request of a burst (runner/bursts.py)
-    prefill_slice_ms: int = 250  # prompt work a step does beside decoding streams; 0 = the batch size (promptpace)
+    prefill_slice_ms: int = 250  # prompt work a step does beside decoding streams (4x each without); 0 = the batch size
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "rpc", tuple(self.rpc) if isinstance(self.rpc, list) else self.rpc)  # from JSON
@@ -305,8 +305,10 @@ SETTINGS: tuple[Setting, ...] = (
             "that their prompts start together; 0 = never wait (runner/bursts.py)."),
     _engine("LOCALRUN_PREFILL_SLICE_MS", "prefill_slice_ms",
             "While streams decode, a step evaluates other requests' prompts for about N ms at most (the rate "
-            "is measured), so a long prompt arriving slows running streams instead of stopping them; 0 = up "
-            "to LOCALRUN_BATCH_SIZE tokens a step, as llama-server does (engine/promptpace.py)."),
+            "is measured), so a long prompt arriving slows running streams instead of stopping them; with no "
+            "stream decoding each prompt in line takes about 4 N ms a step, so a request arriving waits that "
+            "long, not a whole batch; 0 = up to LOCALRUN_BATCH_SIZE tokens a step, as llama-server does "
+            "(engine/promptpace.py)."),
     _engine("LOCALRUN_RPC", "rpc", "llama.cpp RPC workers (`localrun worker`) to spread each model's layers over, "
                                    "HOST:PORT,... (needs llama-cpp-python built with -DGGML_RPC=on)."),
     Setting("LOCALRUN_SHUTDOWN_TIMEOUT", "10s", "How long a stopping daemon lets requests in flight finish before it "

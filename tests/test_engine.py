@@ -152,13 +152,16 @@ def test_a_long_prompt_beside_a_stream_takes_a_slice_of_each_step_and_changes_no
     assert len(slices) >= 4 and max(slices) <= 64, slices  # the stream had a token after each
 
 
-def test_a_chat_arriving_while_a_long_prompt_loads_is_answered_first_and_changes_no_answer(smollm2_path, solo):
-    """Prompts go shortest rest first: a short chat arriving while a long prompt is evaluated in
-    64-token steps gets its first token in the next step, not after the whole long prompt."""
-    with Engine(str(smollm2_path), EngineSettings(parallel=2, ctx_size=1024, batch_size=64, threads=THREADS)) as eng:
+def test_a_chat_arriving_while_a_long_prompt_loads_alone_is_answered_first_and_changes_no_answer(smollm2_path, solo):
+    """A lone long prompt takes a few slices of prompt work a step (`promptpace.ALONE`), not the whole
+    batch (512 tokens, this 300-token prompt at once), and prompts go shortest rest first: a chat
+    arriving meanwhile gets its first token in the next step, not after the whole long prompt."""
+    settings = EngineSettings(parallel=2, ctx_size=1024, threads=THREADS, prefill_slice_ms=10)
+    with Engine(str(smollm2_path), settings) as eng:
         long_prompt, chat = eng.tokenize(items(40)), eng.tokenize(PROMPTS[1])
         alone = [generate(solo, p, f"s{i}", max_tokens=n, **GREEDY).tokens
                  for i, (p, n) in enumerate([(long_prompt, 8), (chat, 16)])]
+        generate(eng, " ".join(PROMPTS), "measured", max_tokens=1)  # a prompt call of 32+ tokens: measured
         eng.add(Request("long", long_prompt, SamplingParams(max_tokens=8, **GREEDY)))
         runs: dict[str, Run] = {}
         answered_while_long_loads: list[int] = []

@@ -7,7 +7,7 @@ import pytest
 import random
 
 from localrun.engine.flashrows import RowRules
-from localrun.engine.promptpace import least_for
+from localrun.engine.promptpace import PromptBudget, least_for
 from localrun.engine.scheduler import Copy, Plan, Scheduler, Trim, common_prefix, least_piece, prefill_size, stairs
 from localrun.engine.sequence import Sequence, Status
 
@@ -16,9 +16,9 @@ def seq(name: str, prompt: list[int], max_tokens: int | None = None) -> Sequence
     return Sequence(name, list(prompt), len(prompt), max_tokens)
 
 
-def run_step(s: Scheduler, sample: int = 7):
+def run_step(s: Scheduler, sample: int = 7, budget: PromptBudget | None = None):
     """Plan, commit, and append a sampled token to every chunk that produced logits."""
-    plan = s.schedule()
+    plan = s.schedule(budget)
     s.commit(plan.chunks)
     for c in plan.chunks:
         if c.n_logits:
@@ -474,7 +474,8 @@ def test_beside_decoding_streams_prompts_take_the_prompt_budget_shortest_first()
     first, second = seq("first", list(range(100, 150))), seq("second", list(range(200, 210)))
     s.add(first)
     s.add(second)
-    assert layout(s.schedule(prompt_budget=32)) == [("a", 2, 1, 1), ("second", 0, 10, 1), ("first", 0, 22, 0)]
+    assert layout(s.schedule(PromptBudget(beside=32, each=64))) == [
+        ("a", 2, 1, 1), ("second", 0, 10, 1), ("first", 0, 22, 0)]
 
 
 def test_a_short_prompt_arriving_while_a_long_one_loads_is_evaluated_in_the_next_step():
@@ -486,10 +487,17 @@ def test_a_short_prompt_arriving_while_a_long_one_loads_is_evaluated_in_the_next
     assert layout(run_step(s)) == [("chat", 4, 1, 1), ("long", 28, 15, 0)]
 
 
-def test_a_prompt_budget_leaves_a_step_without_streams_the_whole_batch():
-    s = Scheduler(n_slots=2, batch_size=64)
-    s.add(seq("a", list(range(100, 150))))
-    assert layout(s.schedule(prompt_budget=8)) == [("a", 0, 50, 1)]
+def test_without_streams_each_prompt_in_line_takes_its_own_share():
+    """Prompts arriving together are evaluated together; a lone long prompt takes its share a step, so
+    a chat arriving meanwhile waits for a short step, not a whole batch."""
+    budget = PromptBudget(beside=4, each=20)
+    s = Scheduler(n_slots=4, batch_size=64)
+    s.add(seq("long", list(range(100, 150))))
+    assert layout(run_step(s, budget=budget)) == [("long", 0, 20, 0)]
+    for name in ("x", "y", "z"):
+        s.add(seq(name, list(range(200, 215))))
+    assert layout(run_step(s, budget=budget)) == [("x", 0, 15, 1), ("y", 0, 15, 1), ("z", 0, 15, 1), ("long", 20, 19, 0)]
+    assert layout(s.schedule(budget)) == [("x", 15, 1, 1), ("y", 15, 1, 1), ("z", 15, 1, 1), ("long", 39, 4, 0)]
 
 
 @pytest.mark.parametrize("least", [2, 64])

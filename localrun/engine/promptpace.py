@@ -1,13 +1,21 @@
-"""How many prompt tokens a step may take while other sequences decode, decided from plain data.
+"""How many prompt tokens a step may take, decided from plain data.
 
 A step evaluates the running streams' decode tokens first and then prompt chunks, and its streams
 get their next tokens only when the whole step is done. A long prompt arriving beside them (an
 agent's 16k-token context) would otherwise take up to the batch size each step: 512 tokens are
 about 3 s on a 2-core CPU, so every stream would stop for 3 s a token until the prompt is in.
-Prompt evaluation on a CPU costs the same per token in chunks of 32 as of 512 (docs/benchmarks.md),
-so bounding it by time costs the prompt the decode calls interleaved with it and, on a small CPU,
-the time the streams' own work takes (0.96-1.23x llama-server's TTFT on 2 cores, against 0.99
-unbounded). On a GPU the measured rate is high and the bound is the batch size, as before.
+Prompt evaluation on a CPU costs about the same per token in chunks of 32 as of 512: a call costs
+5-9 ms beyond its tokens (Gemma 3 270M on 2 cores: 4-7% more in chunks of 32-40 tokens; SmolLM2: no
+difference measured, docs/benchmarks.md). So bounding it by time costs the prompt little of its
+own; beside streams it also pays for their decode calls and, on a small CPU, the time their HTTP
+work takes (0.96-1.23x llama-server's TTFT on 2 cores, against 0.99 unbounded). On a GPU the
+measured rate is high and the bound is the batch size, as before.
+
+A step with no stream decoding is bounded too, more loosely: a request arriving while a lone long
+prompt loads waits for the step in progress, which took up to the batch size. Each prompt in line
+may do ALONE slices of work, so prompts that arrive together are still evaluated together, a chat
+sent during a lone long prompt waits about a second at most, and the long prompt's calls are long
+enough (a second) that their own cost stays under 1%.
 """
 
 from __future__ import annotations
@@ -17,8 +25,23 @@ from dataclasses import dataclass
 # The rate follows the latest prompt calls: their cost per token grows as a long prompt fills the cache.
 WEIGHT = 0.3
 # The fewest prompt tokens a bounded step takes: fewer would cost the prompt more decode calls than its
-# own work where each token is slow (a large model on a CPU).
+# own work where each token is slow (a large model on a CPU). Shorter calls teach the rate nothing:
+# their time is mostly the call's own (a 1-token call of SmolLM2 made a token look three times dearer).
 FEWEST = 32
+# Slices of prompt work each prompt in line may do in a step where nothing decodes.
+ALONE = 4
+
+
+@dataclass(frozen=True, slots=True)
+class PromptBudget:
+    """Prompt tokens one step may take: `beside` decoding streams, all prompts together; `each` for
+    every prompt in line when nothing decodes."""
+
+    beside: int
+    each: int
+
+    def tokens(self, decoding: bool, prompts: int) -> int:
+        return self.beside if decoding else self.each * max(1, prompts)
 
 
 @dataclass(slots=True)
@@ -29,21 +52,27 @@ class PromptPace:
     slice_s: float
     least: int
     most: int
-    per_token: float | None = None  # seconds, measured on prompt calls
+    per_token: float | None = None  # seconds, measured on prompt calls of FEWEST tokens or more
 
     def record(self, tokens: int, seconds: float) -> None:
         """A `llama_decode` call of prompt tokens alone took this long."""
-        if tokens <= 0 or seconds <= 0:
+        if tokens < FEWEST or seconds <= 0:
             return
         cost = seconds / tokens
         self.per_token = cost if self.per_token is None else (1 - WEIGHT) * self.per_token + WEIGHT * cost
 
-    def budget(self) -> int:
-        """Prompt tokens the next step may take while sequences decode: the batch size until a prompt
-        call was measured (the first prompts meet no stream), then what fits in the slice."""
-        if not self.slice_s or self.per_token is None:
+    def budget(self) -> PromptBudget:
+        """The next step's prompt budget: what fits in a slice beside streams, and in ALONE slices for
+        each prompt without them. Until a call was measured, the least beside streams (that step
+        measures one) and the batch size without them."""
+        return PromptBudget(self._fits(self.slice_s, self.least), self._fits(ALONE * self.slice_s, self.most))
+
+    def _fits(self, seconds: float, unmeasured: int) -> int:
+        if not seconds:
             return self.most
-        return min(self.most, max(self.least, int(self.slice_s / self.per_token)))
+        if self.per_token is None:
+            return unmeasured
+        return min(self.most, max(self.least, int(seconds / self.per_token)))
 
 
 def least_for(least_piece: int) -> int:
@@ -53,4 +82,4 @@ def least_for(least_piece: int) -> int:
     return max(FEWEST, 2 * least_piece)
 
 
-__all__ = ["PromptPace", "least_for"]
+__all__ = ["ALONE", "PromptBudget", "PromptPace", "least_for"]

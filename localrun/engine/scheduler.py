@@ -2,12 +2,13 @@
 
 Every step: one decode token for each running sequence first (streams keep flowing), then prefill
 chunks of sequences still loading their prompt, the shortest rest first, within the batch token
-budget (and, beside decoding streams, within the prompt budget the engine measures, `promptpace`). A
-waiting sequence gets a free slot when there is one: the slot whose cached tokens share the longest
-prefix with its prompt, so that only the rest is evaluated. When another slot (busy or not) holds a
-longer prefix of it, that slot's cache is copied into the free one first; a prompt whose start is
-being evaluated for another sequence right now (the `n` choices of one request, or concurrent
-requests with one long system prompt) waits for that and is then copied, not evaluated twice.
+budget and the prompt budget the engine measures (`promptpace`: a slice of time beside decoding
+streams, a few slices for each prompt in line without them). A waiting sequence gets a free slot
+when there is one: the slot whose cached tokens share the longest prefix with its prompt, so that
+only the rest is evaluated. When another slot (busy or not) holds a longer prefix of it, that slot's
+cache is copied into the free one first; a prompt whose start is being evaluated for another
+sequence right now (the `n` choices of one request, or concurrent requests with one long system
+prompt) waits for that and is then copied, not evaluated twice.
 
 Planning changes no cache: `schedule()` returns the KV cache edits (copies and trims) in the `Plan`,
 in the order the engine must make them before it decodes the plan's chunks.
@@ -21,6 +22,7 @@ from dataclasses import dataclass, field
 from localrun.engine.decodecalls import split_points
 from localrun.engine.drafts import guess_next
 from localrun.engine.flashrows import RowRules
+from localrun.engine.promptpace import PromptBudget
 from localrun.engine.sequence import Sequence, Status
 
 
@@ -238,9 +240,9 @@ class Scheduler:
                 return seq
         return None
 
-    def schedule(self, prompt_budget: int | None = None) -> Plan:
-        """Plan the next step. `prompt_budget`: the most prompt tokens it takes while sequences decode
-        (`promptpace`); None: as many as the batch holds."""
+    def schedule(self, prompt_budget: PromptBudget | None = None) -> Plan:
+        """Plan the next step. `prompt_budget`: the most prompt tokens it takes (`promptpace`); None: as
+        many as the batch holds."""
         plan = Plan(call_cost=self.call_cost, cells=self.ctx_size, least_rows=self.rows.least_rows)
         self._admit(plan)
         budget = self.batch_size
@@ -254,8 +256,9 @@ class Scheduler:
             plan.chunks.append(Chunk(seq, seq.n_evaluated, 1 + len(draft), 1 + len(draft), draft))
             budget -= 1 + len(draft)
         budget -= self._fill_lone(plan.chunks, budget)
-        if plan.chunks and prompt_budget is not None:
-            budget = min(budget, prompt_budget)
+        if prompt_budget is not None:
+            prompts = sum(1 for s in self.running if s.prefilling)
+            budget = min(budget, prompt_budget.tokens(bool(plan.chunks), prompts))
         # The shortest rest first (ties: the oldest): a chat arriving while an agent's long prompt loads
         # gets its first token in the next step, not after the whole long prompt.
         for seq in sorted(self.running, key=lambda s: s.prompt_left):
