@@ -19,7 +19,7 @@ PROMPTS = [
     "The best way to learn Python is", "Water boils at", "In 1492, Columbus", "My favourite recipe is",
 ]
 GREEDY = dict(temperature=0.0)
-THREADS = 1  # the test machine's other core is often busy; one thread is fast and steady there
+THREADS = 2  # the suite runs alone (.ci/run): both cores; one thread made this file 1.7x slower (115 against 69 s)
 
 
 @pytest.fixture(scope="module")

@@ -12,13 +12,14 @@ import pytest
 from localrun.engine import Engine, EngineSettings, Request, Token
 from localrun.errors import ContextOverflow, InvalidRequest
 from localrun.sampling import SamplingParams
+from tests.test_engine import THREADS
 
 WORDS = "Paris London Berlin is a city the capital of France and Germany , . yes no maybe".split()
 
 
 @pytest.fixture(scope="module")
 def engine(smollm2_path):
-    eng = Engine(str(smollm2_path), EngineSettings(parallel=2, ctx_size=512, threads=1))
+    eng = Engine(str(smollm2_path), EngineSettings(parallel=2, ctx_size=512, threads=THREADS))
     yield eng
     eng.close()
 
@@ -26,7 +27,7 @@ def engine(smollm2_path):
 @pytest.fixture(scope="module")
 def reference(smollm2_path):
     """Plain evaluation of prompt + option with llama-cpp-python, log-softmax in numpy."""
-    llm = llama_cpp.Llama(str(smollm2_path), n_ctx=512, n_threads=1, n_threads_batch=1, logits_all=True, verbose=False)
+    llm = llama_cpp.Llama(str(smollm2_path), n_ctx=512, n_threads=THREADS, n_threads_batch=THREADS, logits_all=True, verbose=False)
 
     def score(prompt: list[int], option: list[int]) -> float:
         llm.reset()

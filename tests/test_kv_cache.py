@@ -13,11 +13,12 @@ from localrun.sampling import SamplingParams
 from tests.cli import run_cli
 from tests.daemon import start_daemon
 from tests.test_perplexity import CTX, TEXT
+from tests.test_engine import THREADS
 
 
 @pytest.mark.parametrize("kv", ["q8_0", "q4_0"])
 def test_engine_loads_and_generates_with_a_quantized_cache(smollm2_path, kv):
-    settings = EngineSettings(parallel=1, ctx_size=256, kv_cache_type=kv, threads=1)
+    settings = EngineSettings(parallel=1, ctx_size=256, kv_cache_type=kv, threads=THREADS)
     with Engine(str(smollm2_path), settings) as engine:
         assert engine.info["kv_cache_type"] == kv and engine.info["flash_attn"] == "on"
         engine.add(Request("r", engine.tokenize("The capital of France is"), SamplingParams(temperature=0, max_tokens=6)))
@@ -30,7 +31,7 @@ def test_engine_loads_and_generates_with_a_quantized_cache(smollm2_path, kv):
 def test_quantized_caches_cost_little_perplexity(smollm2_path):
     model = Model(str(smollm2_path), None)
     try:
-        ppl = {kv: perplexity(model, TEXT, ctx=CTX, batch=4 * CTX, threads=1, kv_type=kv,
+        ppl = {kv: perplexity(model, TEXT, ctx=CTX, batch=4 * CTX, threads=THREADS, kv_type=kv,
                               flash_attn="off" if kv == "f16" else "on").perplexity for kv in ("f16", "q8_0", "q4_0")}
     finally:
         model.free()

@@ -13,6 +13,7 @@ import pytest
 from localrun.config import EngineSettings
 from localrun.memory import KvShape, cache_bytes, default_context, load_cache_bytes
 from localrun.store.ggufinfo import kv_facts
+from tests.test_engine import THREADS
 
 KIB, MIB = 1024, 2**20
 # Gemma 3 270M's metadata: 18 layers, one KV head of 256, a 512-token window on 5 layers of every 6.
@@ -77,7 +78,7 @@ def test_the_estimate_is_what_llama_cpp_allocates_for_gemma3(gemma_path, caplog,
     model = Model(str(gemma_path), None)
     try:
         with caplog.at_level(logging.DEBUG, logger="localrun.llama"):
-            ctx = new_context(model, n_ctx=4096 * sequences, n_batch=512, n_seq_max=sequences, threads=1,
+            ctx = new_context(model, n_ctx=4096 * sequences, n_batch=512, n_seq_max=sequences, threads=THREADS,
                               kv_unified=unified, swa_full=swa_full)
             L.llama_free(ctx)
     finally:

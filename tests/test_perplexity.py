@@ -23,6 +23,7 @@ from localrun.engine.perplexity import first_scored, perplexity, split_chunks, t
 from localrun.errors import InvalidRequest
 from tests.cli import run_cli
 from tests.daemon import start_daemon
+from tests.test_engine import THREADS
 
 CTX = 128
 
@@ -60,8 +61,8 @@ of the cupboards as she fell past it.
 
 def reference_perplexity(path, text: str = TEXT) -> float:
     """llama-perplexity's rule applied by hand to llama-cpp-python's own logits, one chunk per eval."""
-    llm = llama_cpp.Llama(str(path), n_ctx=CTX, n_batch=CTX, logits_all=True, verbose=False, n_threads=1,
-                          n_threads_batch=1)
+    llm = llama_cpp.Llama(str(path), n_ctx=CTX, n_batch=CTX, logits_all=True, verbose=False, n_threads=THREADS,
+                          n_threads_batch=THREADS)
     tokens = llm.tokenize(text.encode(), add_bos=True, special=False)
     bos = llm.token_bos() if llm._model.add_bos_token() else None
     first, nll = first_scored(CTX), []
@@ -84,8 +85,8 @@ def reference(smollm2_path) -> float:
 
 @pytest.fixture(scope="module")
 def daemon(tmp_path_factory):
-    """A daemon of our own: one thread, one small slot (two threads on two busy cores were 3x slower)."""
-    d = start_daemon(tmp_path_factory.mktemp("ppl-home"), {"LOCALRUN_THREADS": "1", "LOCALRUN_PARALLEL": "1",
+    """A daemon of our own: one small slot."""
+    d = start_daemon(tmp_path_factory.mktemp("ppl-home"), {"LOCALRUN_THREADS": str(THREADS), "LOCALRUN_PARALLEL": "1",
                                                             "LOCALRUN_CTX_SIZE": "512"})
     yield d
     d.stop()
@@ -99,10 +100,10 @@ def model(smollm2_path):
 
 
 def test_engine_equals_the_llama_cpp_python_reference(model, reference):
-    batched = perplexity(model, TEXT, ctx=CTX, batch=2 * CTX, threads=1)  # two chunks per llama_decode
+    batched = perplexity(model, TEXT, ctx=CTX, batch=2 * CTX, threads=THREADS)  # two chunks per llama_decode
     assert batched.chunks >= 4 and batched.scored == batched.chunks * (CTX - 1 - first_scored(CTX))
     assert batched.perplexity == pytest.approx(reference, rel=1e-3)
-    single = perplexity(model, TEXT, ctx=CTX, batch=CTX, threads=1)
+    single = perplexity(model, TEXT, ctx=CTX, batch=CTX, threads=THREADS)
     assert single.perplexity == pytest.approx(batched.perplexity, rel=1e-6)
     assert 1.0 < batched.perplexity < 1000.0
 
@@ -111,7 +112,7 @@ def test_a_model_that_adds_bos_equals_its_reference(gemma_path):
     gemma = Model(str(gemma_path), None)  # Gemma 3 adds BOS: every chunk starts with it
     text = TEXT[:1400]  # two chunks
     try:
-        result = perplexity(gemma, text, ctx=CTX, batch=4 * CTX, threads=1)
+        result = perplexity(gemma, text, ctx=CTX, batch=4 * CTX, threads=THREADS)
     finally:
         gemma.free()
     assert result.chunks == 2
