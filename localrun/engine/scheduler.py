@@ -257,7 +257,7 @@ class Scheduler:
             budget -= 1 + len(draft)
         budget -= self._fill_lone(plan.chunks, budget)
         if prompt_budget is not None:
-            prompts = sum(1 for s in self.running if s.prefilling)
+            prompts = sum(1 for seq in self.running if seq.prefilling)
             budget = min(budget, prompt_budget.tokens(bool(plan.chunks), prompts))
         # The shortest rest first (ties: the oldest): a chat arriving while an agent's long prompt loads
         # gets its first token in the next step, not after the whole long prompt.
