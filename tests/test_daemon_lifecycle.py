@@ -12,6 +12,7 @@ import socket
 import subprocess
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 
 import httpx
 import pytest
@@ -160,13 +161,14 @@ def test_busy_port_is_reported_clearly(port):
         squatter.bind(("127.0.0.1", port))
         squatter.listen()
         started = time.monotonic()
-        done = run_cli("run", "smollm2", "hi")
+        with ThreadPoolExecutor(3) as pool:  # each waits out its probe's timeout: together, not in turn
+            done, serve, status = pool.map(lambda args: run_cli(*args),
+                                           [("run", "smollm2", "hi"), ("serve", "--port", str(port)), ("status",)])
         assert done.returncode == 1
         assert len(done.stderr.splitlines()) == 1 and "not a localrun daemon" in done.stderr
         assert time.monotonic() - started < 30
-        serve = run_cli("serve", "--port", str(port))
         assert serve.returncode == 1 and "not a localrun daemon" in serve.stderr
-        assert "not a localrun daemon" in run_cli("status").stdout
+        assert "not a localrun daemon" in status.stdout
     assert not lifecycle.pid_file(port).exists()
 
 
