@@ -256,13 +256,13 @@ class Scheduler:
             plan.chunks.append(Chunk(seq, seq.n_evaluated, 1 + len(draft), 1 + len(draft), draft))
             budget -= 1 + len(draft)
         budget -= self._fill_lone(plan.chunks, budget)
-        if prompt_budget is not None:
-            prompts = sum(1 for seq in self.running if seq.prefilling)
-            budget = min(budget, prompt_budget.tokens(bool(plan.chunks), prompts))
         # The shortest rest first (ties: the oldest): a chat arriving while an agent's long prompt loads
         # gets its first token in the next step, not after the whole long prompt.
-        for seq in sorted(self.running, key=lambda s: s.prompt_left):
-            n = self._prefill_size(seq, budget) if seq.prefilling else 0
+        prompts = sorted((s for s in self.running if s.prefilling), key=lambda s: s.prompt_left)
+        if prompt_budget is not None:
+            budget = min(budget, prompt_budget.tokens(bool(plan.chunks), len(prompts)))
+        for seq in prompts:
+            n = self._prefill_size(seq, budget)
             if n:
                 done = seq.n_evaluated + n == seq.n_prompt
                 plan.chunks.append(Chunk(seq, seq.n_evaluated, n, 1 if done else 0))
