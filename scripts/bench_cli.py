@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import shutil
 import socket
 import statistics
 import subprocess
@@ -86,6 +87,7 @@ def main() -> None:
                 times[name].append(timed(command, env))
     finally:
         subprocess.run([PY, "-m", "localrun", "stop"], env=env, capture_output=True)
+        shutil.rmtree(home, ignore_errors=True)
     if args.show_rounds:
         print({name: [round(v, 2) for v in values] for name, values in times.items()})
     best = {name: min(values) for name, values in times.items()}

@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import os
 import statistics
+import tempfile
 import sys
 import threading
 import time
@@ -26,7 +27,7 @@ from pathlib import Path
 import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from tests.daemon import start_daemon  # noqa: E402
+from tests.daemon import Daemon, start_daemon  # noqa: E402
 
 MODEL = "smollm2"
 SIZE = 30_000_000
@@ -88,9 +89,12 @@ def main() -> None:
     env = {"PYTHONPATH": str(Path(args.tree).resolve())} if args.tree else {}
     if args.tree:
         os.chdir(args.tree)  # `python -m localrun` puts the working directory first on sys.path
-    import tempfile
+    with tempfile.TemporaryDirectory() as tmp:
+        measure(args, start_daemon(Path(tmp) / "home", {**env, "LOCALRUN_PARALLEL": "2"}))
 
-    daemon = start_daemon(Path(tempfile.mkdtemp()) / "home", {**env, "LOCALRUN_PARALLEL": "2"})
+
+def measure(args: argparse.Namespace, daemon: Daemon) -> None:
+    """Each body's answer time, the slowest /health and the stream's longest gap meanwhile; stops the daemon."""
     try:
         httpx.post(f"{daemon.url}/v1/completions", json={"model": MODEL, "prompt": "hi", "max_tokens": 1}, timeout=120)
         payloads = bodies()

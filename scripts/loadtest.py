@@ -22,6 +22,7 @@ import asyncio
 import json
 import os
 import random
+import shutil
 import statistics
 import sys
 import tempfile
@@ -292,6 +293,7 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         if daemon is not None:
             daemon.stop()
+            shutil.rmtree(daemon.home, ignore_errors=True)  # its copy of the model, ~100 MB
     if args.json:
         print(json.dumps(result))
     else:
