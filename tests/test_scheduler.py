@@ -8,7 +8,8 @@ import random
 
 from localrun.engine.flashrows import RowRules
 from localrun.engine.promptpace import PromptBudget, least_for
-from localrun.engine.scheduler import Copy, Plan, Scheduler, Trim, common_prefix, least_piece, prefill_size, stairs
+from localrun.engine.scheduler import (Copy, Plan, Scheduler, Trim, common_prefix, copy_min, least_piece, prefill_size,
+                                       stairs)
 from localrun.engine.sequence import Sequence, Status
 
 
@@ -230,6 +231,36 @@ def test_a_prompt_being_evaluated_elsewhere_is_waited_for_and_copied():
     plan = run_step(s)  # a's prompt is in its slot: b gets a copy and evaluates its last two tokens
     assert plan.edits == [Copy(a.slot, b.slot), Trim(b.slot, 68)] and b.n_cached == 68  # copied, then cut
     assert layout(plan) == [("a", 70, 1, 1), ("b", 68, 2, 1), ("c", 0, 3, 1)]
+
+
+def test_a_new_conversation_copies_a_shared_template_into_an_empty_slot_and_keeps_the_old_one():
+    """A prompt sharing only a chat template's start with a longer conversation takes an empty slot,
+    leaving the conversation cached, and gets the shared start copied there instead of evaluated."""
+    template = list(range(100, 126))  # 26 tokens
+    s = Scheduler(n_slots=2, batch_size=256, share=True, copy_min=copy_min(2048))
+    a = seq("a", template + list(range(200, 260)))
+    s.add(a)
+    run_step(s)
+    s.finish(a)
+    b = seq("b", template + list(range(300, 328)))
+    s.add(b)
+    plan = s.schedule()
+    assert b.slot != a.slot and plan.edits == [Copy(a.slot, b.slot), Trim(b.slot, 26)]
+    assert layout(plan) == [("b", 26, 28, 1)] and b.n_cached == 26
+    assert s.slots[a.slot].tokens == a.tokens[:a.n_evaluated]  # the conversation, kept for its next turn
+
+
+def test_a_copy_must_save_more_tokens_the_larger_the_stream_it_moves():
+    assert copy_min(0) == copy_min(1024) == 4  # a unified buffer's copy shares cells; a floor all the same
+    assert copy_min(2048) == 4 and copy_min(8192) == 16 and copy_min(32768) == 64
+    s = Scheduler(n_slots=2, batch_size=256, share=True, copy_min=copy_min(32768))
+    a = seq("a", list(range(100, 200)))
+    s.add(a)
+    run_step(s)
+    s.finish(a)
+    b = seq("b", list(range(100, 140)) + [7, 7])  # 40 shared tokens: a copy of 32k cells costs more
+    s.add(b)
+    assert s.schedule().edits == [] and b.slot != a.slot and b.n_cached == 0
 
 
 def test_short_prompts_are_neither_held_back_nor_copied():

@@ -27,7 +27,7 @@ from localrun.engine.rowcheck import rows_alike
 from localrun.engine.logprobs import log_softmax, logits_at, top_n
 from localrun.engine.sampler import Sampler
 from localrun.engine.promptpace import PromptPace, least_for
-from localrun.engine.scheduler import Chunk, Copy, Scheduler, Trim
+from localrun.engine.scheduler import Chunk, Copy, Scheduler, Trim, copy_min
 from localrun.engine.scoring import Scorer
 from localrun.engine.sequence import Request, Sequence, Status
 from localrun.engine.stallwatch import StallWatch
@@ -98,7 +98,7 @@ class Engine:
         window = L.llama_model_n_swa(self.model.ptr)
         self.scheduler = Scheduler(settings.parallel, settings.batch_size, settings.ctx_size, can_cut, share=True,
                                    window=window, call_cost=self._decode_call_cost(can_cut and not window),
-                                   rows=rows)
+                                   rows=rows, copy_min=copy_min(0 if settings.kv_unified else settings.ctx_size))
         self._pace = PromptPace(settings.prefill_slice_ms / 1000, least_for(rows.least_rows), settings.batch_size)
         self._embedder: Embedder | None = None
         self._scorer: Scorer | None = None

@@ -186,9 +186,23 @@ def prefill_size(remaining: int, budget: int, least: int = MIN_PREFILL) -> int:
     return n if n >= least or n == remaining else 0
 
 
-# Copying a slot's cache moves its whole KV stream; below this many shared prompt tokens evaluating
-# them again is about as cheap, so short prompts are neither copied nor held back.
+# A prompt sharing fewer tokens than this with one still being evaluated is not held back for it:
+# evaluating them again beside the other costs little, and a burst of chats that share only a chat
+# template's first tokens must start together.
 SHARE_MIN = 32
+
+# With a KV stream per slot llama.cpp copies a slot's cache whole, every cell of the stream. Measured
+# with SmolLM2 on 2 cores (scripts/bench_prefix_copy.py), a copy costs what evaluating one prompt
+# token costs per 1,100-1,400 cells; small models hold the most cache bytes per weight,
+# so asking one saved token per 512 cells leaves a margin for them and more for larger models.
+CELLS_PER_SAVED_TOKEN = 512
+COPY_FLOOR = 4
+
+
+def copy_min(stream_cells: int) -> int:
+    """The fewest shared prompt tokens worth copying a slot's cache of this many cells (0: one unified
+    buffer, where a copy only shares cells)."""
+    return max(COPY_FLOOR, -(-stream_cells // CELLS_PER_SAVED_TOKEN))
 
 
 def common_prefix(a: list[int], b: list[int]) -> int:
@@ -210,11 +224,12 @@ class Scheduler:
     before the prefix's end is still there. `call_cost`: see `Plan`. `rows`: flash attention's rules
     (`flashrows`): prompt pieces of a long prompt hold `rows.least_rows` tokens or more, and from
     `rows.lone_from` on a decode token without a neighbouring slot's in its call gets a filler row.
+    `copy_min`: the fewest shared prompt tokens for which another slot's cache is copied (`copy_min()`).
     """
 
     def __init__(self, n_slots: int, batch_size: int, ctx_size: int = 1 << 30, can_cut: bool = True,
                  share: bool = False, window: int = 0, call_cost: float | None = None,
-                 rows: RowRules = RowRules()) -> None:
+                 rows: RowRules = RowRules(), copy_min: int = SHARE_MIN) -> None:
         self.slots = [Slot(i) for i in range(n_slots)]
         self.batch_size = batch_size
         self.ctx_size = ctx_size
@@ -223,6 +238,7 @@ class Scheduler:
         self.window = window
         self.call_cost = call_cost
         self.rows = rows
+        self.copy_min = copy_min
         self.waiting: deque[Sequence] = deque()
         self.running: list[Sequence] = []
         self._clock = 0
@@ -364,7 +380,7 @@ class Scheduler:
             return
         shared = [self._reusable(s, seq.tokens) for s in self.slots]
         source = self.slots[max(range(len(shared)), key=shared.__getitem__)]
-        if source is not slot and shared[source.id] >= SHARE_MIN and shared[source.id] > shared[slot.id]:
+        if source is not slot and shared[source.id] >= self.copy_min and shared[source.id] > shared[slot.id]:
             plan.edits.append(Copy(source.id, slot.id))
             slot.tokens, slot.first = list(source.tokens), source.first
 
@@ -401,4 +417,5 @@ class Scheduler:
         return max(free, key=key)
 
 
-__all__ = ["Chunk", "Copy", "Plan", "Scheduler", "Slot", "Trim", "common_prefix", "least_piece", "stairs"]
+__all__ = ["Chunk", "Copy", "Plan", "Scheduler", "Slot", "Trim", "common_prefix", "copy_min", "least_piece",
+           "stairs"]
