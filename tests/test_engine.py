@@ -10,6 +10,7 @@ import llama_cpp
 import pytest
 
 from localrun.engine import Engine, EngineSettings, Finished, Request, Token, schema_to_grammar
+from localrun.engine.scheduler import common_prefix
 from localrun.engine.threads import ThreadTuner
 from localrun.errors import ContextOverflow, InvalidRequest, ModelLoadError
 from localrun.sampling import SamplingParams
@@ -275,6 +276,26 @@ def test_prefix_reuse_evaluates_only_new_tokens_and_equals_cold(smollm2_path):
     finally:
         eng.close()
         cold_eng.close()
+
+
+def test_a_new_chat_gets_the_template_copied_and_the_old_conversation_stays_cached(smollm2_path, solo):
+    """Sharing only the chat template's start with a longer conversation, a new chat takes an empty
+    slot and the shared tokens are copied there (a copy of 1024 cells saves 4+ tokens): it evaluates
+    only the rest, answers as from a cold cache, and the conversation's next turn still finds its cache."""
+    def chat(text: str) -> list[int]:
+        return solo.tokenize(solo.render_chat([{"role": "user", "content": text}]))
+
+    conversation = chat("Tell me about gardens. " + items(12))
+    new = chat("Write a haiku about rain.")
+    shared = common_prefix(conversation, new)
+    assert 4 <= shared and 2 * shared < len(conversation)
+    with Engine(str(smollm2_path), EngineSettings(parallel=2, ctx_size=1024, threads=THREADS)) as eng:
+        generate(eng, conversation, "a", max_tokens=4, **GREEDY)
+        warm = generate(eng, new, "b", max_tokens=16, **GREEDY)
+        again = generate(eng, conversation + [1, 2], "c", max_tokens=1, **GREEDY)
+    assert warm.finished.timings.cached_tokens == shared
+    assert warm.tokens == generate(solo, new, "d", max_tokens=16, **GREEDY).tokens
+    assert again.finished.timings.cached_tokens == len(conversation)
 
 
 def test_stop_string_across_a_token_boundary(engine):
