@@ -14,7 +14,7 @@ SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "loadtest.py"
 
 
 def test_short_load_passes():
-    result = subprocess.run([sys.executable, str(SCRIPT), "--clients", "8", "--duration", "10", "--prompts", "3",
+    result = subprocess.run([sys.executable, str(SCRIPT), "--clients", "8", "--duration", "6", "--prompts", "3",
                              "--max-tokens", "16", "--json"], capture_output=True, text=True, timeout=240)
     summary = json.loads(result.stdout.strip().splitlines()[-1])
     assert result.returncode == 0 and summary["pass"], summary

@@ -124,11 +124,11 @@ def test_perplexity_runs_beside_generation(smollm2_path):
     async def main() -> None:
         runner = await RunnerProcess.start(smollm2_path, EngineSettings(parallel=1, ctx_size=512))
         try:
-            job = asyncio.create_task(runner.call("perplexity", text=TEXT * 4, ctx=32, batch=32))  # ~70 decodes
+            job = asyncio.create_task(runner.call("perplexity", text=TEXT * 2, ctx=32, batch=32))  # ~35 decodes
             await asyncio.sleep(0.5)
             text, done = await asyncio.wait_for(generate(runner, "Hi", 4), 60)
             assert done["timings"]["generated_tokens"] == 4 and not job.done()
-            assert (await asyncio.wait_for(job, 300))["chunks"] >= 50
+            assert (await asyncio.wait_for(job, 300))["chunks"] >= 25
         finally:
             await runner.close()
         assert runner.proc.returncode == 0
