@@ -263,6 +263,24 @@ def test_a_copy_must_save_more_tokens_the_larger_the_stream_it_moves():
     assert s.schedule().edits == [] and b.slot != a.slot and b.n_cached == 0
 
 
+def test_a_copy_must_save_tokens_beyond_what_the_chosen_slot_holds_already():
+    s = Scheduler(n_slots=3, batch_size=256, share=True, copy_min=copy_min(2048))
+    shared = list(range(100, 142))
+    s.slots[0].tokens, s.slots[1].tokens = shared[:40] + [1, 2], shared + [3]
+    s.slots[1].seq = seq("busy", shared + [3])  # decoding: it cannot take the prompt, only lend its cache
+    s.slots[2].seq = seq("other", [7, 7])
+    late = seq("late", shared + [5, 5])
+    s.add(late)
+    plan = s.schedule()
+    assert late.slot == 0 and plan.edits == [Trim(0, 40)] and late.n_cached == 40  # 2 more were not worth a copy
+    s = Scheduler(n_slots=3, batch_size=256, share=True, copy_min=copy_min(2048))
+    s.slots[0].tokens, s.slots[1].tokens = shared[:36] + [1, 2], shared + [3]
+    s.slots[1].seq, s.slots[2].seq = seq("busy", shared + [3]), seq("other", [7, 7])
+    late = seq("late", shared + [5, 5])
+    s.add(late)
+    assert s.schedule().edits == [Copy(1, 0), Trim(0, 42)] and late.n_cached == 42  # 6 more were
+
+
 def test_short_prompts_are_neither_held_back_nor_copied():
     s = Scheduler(n_slots=2, batch_size=64, share=True)
     short = list(range(10))

@@ -200,7 +200,7 @@ COPY_FLOOR = 4
 
 
 def copy_min(stream_cells: int) -> int:
-    """The fewest shared prompt tokens worth copying a slot's cache of this many cells (0: one unified
+    """The fewest prompt tokens a copy of a slot's cache of this many cells must save (0: one unified
     buffer, where a copy only shares cells)."""
     return max(COPY_FLOOR, -(-stream_cells // CELLS_PER_SAVED_TOKEN))
 
@@ -224,7 +224,7 @@ class Scheduler:
     before the prefix's end is still there. `call_cost`: see `Plan`. `rows`: flash attention's rules
     (`flashrows`): prompt pieces of a long prompt hold `rows.least_rows` tokens or more, and from
     `rows.lone_from` on a decode token without a neighbouring slot's in its call gets a filler row.
-    `copy_min`: the fewest shared prompt tokens for which another slot's cache is copied (`copy_min()`).
+    `copy_min`: the fewest prompt tokens a copy of another slot's cache must save (`copy_min()`).
     """
 
     def __init__(self, n_slots: int, batch_size: int, ctx_size: int = 1 << 30, can_cut: bool = True,
@@ -380,7 +380,7 @@ class Scheduler:
             return
         shared = [self._reusable(s, seq.tokens) for s in self.slots]
         source = self.slots[max(range(len(shared)), key=shared.__getitem__)]
-        if source is not slot and shared[source.id] >= self.copy_min and shared[source.id] > shared[slot.id]:
+        if source is not slot and shared[source.id] - shared[slot.id] >= self.copy_min:
             plan.edits.append(Copy(source.id, slot.id))
             slot.tokens, slot.first = list(source.tokens), source.first
 
