@@ -9,6 +9,7 @@ import os
 import platform
 import subprocess
 import sys
+from pathlib import Path
 
 import gguf
 import httpx
@@ -167,20 +168,37 @@ def test_a_large_pull_is_verified_and_stored_whole(localrun_home, big_model, dro
     assert not list(store.layout.partial.glob("*.partial"))
 
 
-def test_the_fast_gguf_reader_reads_what_gguf_s_own_reader_reads(tmp_path):
+def fields_as_gguf_reads_them(path: Path, reader: gguf.GGUFReader) -> None:
+    """Every key of the file, its contents, types and item indices, as gguf's own reader has them."""
+    ours, theirs = ggufinfo._reader_class()(path), reader
+    assert type(ours.data) is np.ndarray  # the hook took: no memmap slices
+    assert list(ours.fields) == list(theirs.fields)
+    for key, field in theirs.fields.items():
+        mine = ours.fields[key]
+        assert (mine.contents(), mine.types, mine.data) == (field.contents(), field.types, field.data), key
+    assert ggufinfo.read_info(path) == ggufinfo._info(theirs)
+
+
+@pytest.mark.parametrize("endianess", [gguf.GGUFEndian.LITTLE, gguf.GGUFEndian.BIG])
+def test_the_fast_gguf_reader_reads_what_gguf_s_own_reader_reads(tmp_path, endianess):
     path = tmp_path / "vocab.gguf"
-    writer = gguf.GGUFWriter(str(path), "llama")
+    writer = gguf.GGUFWriter(str(path), "llama", endianess=endianess)
     writer.add_context_length(512)
-    writer.add_token_list([f"tok{i}" for i in range(20_000)])
-    writer.add_token_scores([float(i) for i in range(20_000)])
+    writer.add_token_list([f"tok{i}" for i in range(20_000)] + ["é", "日本", ""])
+    writer.add_token_scores([float(i) / 3 for i in range(20_003)])
     writer.add_eos_token_id(19_999)
+    writer.add_array("test.nested", [[1, 2], [3, 4, 5]])
+    writer.add_array("test.flags", [True, False, True])
+    writer.add_array("test.empty", [])
     writer.add_tensor("a", np.ones((4, 8), dtype=np.float32))
     writer.add_tensor("b", np.zeros(16, dtype=np.float16))
     writer.write_header_to_file()
     writer.write_kv_data_to_file()
     writer.write_tensors_to_file()
     writer.close()
-    fast = ggufinfo._reader_class()(path)
-    assert type(fast.data) is np.ndarray  # the hook took: no memmap slices
-    assert ggufinfo.read_info(path) == ggufinfo._info(gguf.GGUFReader(path))
+    fields_as_gguf_reads_them(path, gguf.GGUFReader(path))
     assert ggufinfo.read_info(path).special_tokens == {"eos": "tok19999"}
+
+
+def test_the_real_model_reads_as_gguf_reads_it(smollm2_path):
+    fields_as_gguf_reads_them(smollm2_path, gguf.GGUFReader(smollm2_path))
