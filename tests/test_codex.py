@@ -17,7 +17,6 @@ localrun; Codex runs it and sends its output back in the next request.
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import subprocess
 import sys
@@ -62,8 +61,19 @@ def errors(events: list[dict]) -> list[dict]:
             or (e.get("item", {}).get("type") == "error" and KNOWN_WARNING not in e["item"]["message"])]
 
 
+def created(daemon, folder: Path, name: str, modelfile: str) -> str:
+    """A model made by `localrun create` from a Modelfile, as a user makes one."""
+    (folder / "Modelfile").write_text(modelfile)
+    subprocess.run([sys.executable, "-m", "localrun", "create", name, "-f", str(folder / "Modelfile")],
+                   env=daemon.env(), check=True, capture_output=True, timeout=120)
+    return name
+
+
 def test_codex_completes_a_turn_without_a_protocol_error(daemon, tmp_path):
-    events = codex_exec(daemon, tmp_path, "Say hello.")
+    """Greedy, so the answer is the same every run: sampled at the default temperature, SmolLM2 now
+    and then rambled about Codex's skill list until the context ran out (an incomplete response)."""
+    greedy = created(daemon, tmp_path, "smollm2-greedy", "FROM smollm2\nPARAMETER temperature 0\n")
+    events = codex_exec(daemon, tmp_path, "Say hello.", greedy)
     assert errors(events) == []
     assert [e["item"]["text"] for e in events if e.get("item", {}).get("type") == "agent_message"][0]
     [done] = [e for e in events if e["type"] == "turn.completed"]
@@ -86,11 +96,7 @@ MESSAGE assistant """<tool_call>
 
 @pytest.fixture(scope="module")
 def agent_model(daemon, tmp_path_factory) -> str:
-    modelfile = tmp_path_factory.mktemp("agent") / "Modelfile"
-    modelfile.write_text(AGENT_MODELFILE)
-    subprocess.run([sys.executable, "-m", "localrun", "create", "codex-smollm2", "-f", str(modelfile)],
-                   env=daemon.env(), check=True, capture_output=True, timeout=120)
-    return "codex-smollm2"
+    return created(daemon, tmp_path_factory.mktemp("agent"), "codex-smollm2", AGENT_MODELFILE)
 
 
 def test_a_codex_tool_call_runs_and_its_output_comes_back_to_the_model(daemon, tmp_path, agent_model):
