@@ -292,6 +292,9 @@ SETTINGS: tuple[Setting, ...] = (
     _engine("LOCALRUN_FLASH_ATTN", "flash_attn", "Flash attention: on, off or auto."),
     _engine("LOCALRUN_KV_CACHE_TYPE", "kv_cache_type",
             "KV cache type: f16, q8_0 or q4_0 (quantized types need flash attention)."),
+    _engine("LOCALRUN_EMBED_CTX_SIZE", "embed_ctx_size",
+            "Most tokens one embedding input may hold (capped at the model's trained context): longer inputs are "
+            "cut where the request allows it (Ollama's truncate, its default) and refused otherwise."),
     _engine("LOCALRUN_SPECULATIVE", "speculative", f"Speculative decoding by prompt lookup: off, on ({SPECULATIVE_ON} "
                                                    "tokens) or the most tokens drafted per step; requests may choose "
                                                    "their own."),
@@ -383,6 +386,7 @@ class Settings:
             batch_size=get("LOCALRUN_BATCH_SIZE"),
             threads=get("LOCALRUN_THREADS"), flash_attn=get("LOCALRUN_FLASH_ATTN"),
             kv_cache_type=get("LOCALRUN_KV_CACHE_TYPE"), gpu_layers=get("LOCALRUN_GPU_LAYERS"),
+            embed_ctx_size=get("LOCALRUN_EMBED_CTX_SIZE"),
             speculative=get("LOCALRUN_SPECULATIVE"), rpc=get("LOCALRUN_RPC"),
             stream_interval_ms=get("LOCALRUN_STREAM_INTERVAL_MS"), burst_wait_ms=get("LOCALRUN_BURST_WAIT_MS"),
             prefill_slice_ms=get("LOCALRUN_PREFILL_SLICE_MS"),

@@ -57,9 +57,10 @@ def gemma_path(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="session")
 def daemon(tmp_path_factory):
-    """One real daemon for the whole session, serving the bundled SmolLM2 (see tests/daemon.py)."""
-    from tests.daemon import start_daemon
+    """One real daemon for the whole session, serving the bundled SmolLM2 (see tests/daemon.py). Its
+    embeddings context is 512 tokens (EMBED_CTX): the tests of inputs longer than it embed it whole."""
+    from tests.daemon import EMBED_CTX, start_daemon
 
-    d = start_daemon(tmp_path_factory.mktemp("daemon-home"))
+    d = start_daemon(tmp_path_factory.mktemp("daemon-home"), {"LOCALRUN_EMBED_CTX_SIZE": str(EMBED_CTX)})
     yield d
     d.stop()

@@ -16,6 +16,7 @@ from pathlib import Path
 import httpx
 
 MODEL = "smollm2"
+EMBED_CTX = 512  # the session daemon's embeddings context (conftest.py): long-input tests stay short
 
 
 def free_port() -> int:

@@ -13,10 +13,10 @@ import pytest
 from localrun.engine import Engine, EngineSettings
 from localrun.engine.embed import Truncate
 from localrun.errors import ContextOverflow
+from tests.daemon import EMBED_CTX
 
 MODEL = "smollm2"
-EMBED_CTX = 2048  # the daemon's embeddings context for SmolLM2 (its default, below the 8192 it was trained for)
-LONG = "The quick brown fox jumps over the lazy dog. " * 250  # about 2500 tokens
+LONG = "The quick brown fox jumps over the lazy dog. " * 60  # about 600 tokens, over the daemon's EMBED_CTX
 
 
 def cosine(a: list[float], b: list[float]) -> float:

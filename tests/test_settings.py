@@ -15,8 +15,10 @@ from tests.cli import run_cli
 def test_every_setting_becomes_a_typed_value():
     s = Settings.from_env({"LOCALRUN_THREADS": "3", "LOCALRUN_GPU_LAYERS": "0", "LOCALRUN_KEEP_ALIVE": "1h30m",
                            "LOCALRUN_MEMORY_BUDGET": "8GiB", "LOCALRUN_MAX_BODY": "1MiB", "LOCALRUN_SPECULATIVE": "on",
-                           "LOCALRUN_API_KEY": "a, b", "LOCALRUN_KV_CACHE_TYPE": "Q8_0", "LOCALRUN_DEBUG": "1"})
+                           "LOCALRUN_API_KEY": "a, b", "LOCALRUN_KV_CACHE_TYPE": "Q8_0", "LOCALRUN_DEBUG": "1",
+                           "LOCALRUN_EMBED_CTX_SIZE": "512"})
     assert (s.engine.threads, s.engine.gpu_layers, s.engine.speculative, s.engine.kv_cache_type) == (3, 0, 16, "q8_0")
+    assert s.engine.embed_ctx_size == 512
     assert (s.keep_alive, s.memory_budget, s.max_body, s.api_keys, s.debug) == (5400.0, 8 * 2**30, 2**20, ("a", "b"), True)
 
 
@@ -35,6 +37,7 @@ def test_defaults_are_the_engine_settings_defaults():
     ("LOCALRUN_GPU_LAYERS", "lots", "auto or a number of layers"),
     ("LOCALRUN_PARALLEL", "-3", "an integer of at least 1"),
     ("LOCALRUN_CTX_SIZE", "4", "an integer of at least 8"),
+    ("LOCALRUN_EMBED_CTX_SIZE", "none", "an integer of at least 8"),
     ("LOCALRUN_KEEP_ALIVE", "soon", "a duration such as 5m"),
     ("LOCALRUN_MEMORY_BUDGET", "lots", "a size in bytes or with a unit"),
     ("LOCALRUN_MAX_BODY", "12XB", "a size in bytes or with a unit"),
