@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import functools
 import struct
+import sys
 from pathlib import Path
 from typing import Any, Callable
 
@@ -147,7 +148,8 @@ def _reader_class() -> type:
             plain, size = self._plain, len(self._plain)
             if count > (size - offs) // 8:  # every string takes 8 bytes at least: a lying count ends here
                 raise _Truncated(f"it ends after {size} bytes, inside its metadata")
-            unpack, fmt, parts = struct.unpack_from, ("<" if self.byte_order == "I" else ">") + "Q", []
+            swapped = "<" if sys.byteorder == "big" else ">"
+            unpack, fmt, parts = struct.unpack_from, ("=" if self.byte_order == "I" else swapped) + "Q", []
             for _ in range(count):
                 if offs + 8 > size:
                     raise _Truncated(f"it ends after {size} bytes, inside its metadata")
