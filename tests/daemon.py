@@ -40,6 +40,15 @@ class Daemon:
         """The environment a CLI subprocess needs to talk to this daemon."""
         return {**os.environ, "LOCALRUN_HOME": str(self.home), "LOCALRUN_HOST": f"127.0.0.1:{self.port}"}
 
+    def create(self, name: str, modelfile: str, folder: Path) -> str:
+        """`localrun create NAME` against this daemon, from a Modelfile written into `folder`, as a user
+        makes a model; the model's full name."""
+        path = folder / "Modelfile"
+        path.write_text(modelfile)
+        subprocess.run([sys.executable, "-m", "localrun", "create", name, "-f", str(path)], env=self.env(),
+                       check=True, capture_output=True, timeout=120)
+        return f"{name}:latest"
+
     def stop(self) -> None:
         if self.proc.poll() is None:
             self.proc.send_signal(signal.SIGTERM)

@@ -55,22 +55,14 @@ MESSAGE assistant """<tool_call>
 '''
 
 
-def create(daemon, tmp_path_factory, name: str, modelfile: str) -> str:
-    path = tmp_path_factory.mktemp(name) / "Modelfile"
-    path.write_text(modelfile)
-    subprocess.run([sys.executable, "-m", "localrun", "create", name, "-f", str(path)],
-                   env=daemon.env(), check=True, capture_output=True, timeout=120)
-    return f"{name}:latest"
-
-
 @pytest.fixture(scope="module")
 def terse_model(daemon, tmp_path_factory) -> str:
-    return create(daemon, tmp_path_factory, "claude-smollm2", TERSE_MODELFILE)
+    return daemon.create("claude-smollm2", TERSE_MODELFILE, tmp_path_factory.mktemp("claude-smollm2"))
 
 
 @pytest.fixture(scope="module")
 def reader_model(daemon, tmp_path_factory) -> str:
-    return create(daemon, tmp_path_factory, "claude-reader", READER_MODELFILE)
+    return daemon.create("claude-reader", READER_MODELFILE, tmp_path_factory.mktemp("claude-reader"))
 
 
 def claude_print(daemon, tmp_path: Path, model: str, prompt: str, *args: str,

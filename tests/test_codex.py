@@ -61,18 +61,10 @@ def errors(events: list[dict]) -> list[dict]:
             or (e.get("item", {}).get("type") == "error" and KNOWN_WARNING not in e["item"]["message"])]
 
 
-def created(daemon, folder: Path, name: str, modelfile: str) -> str:
-    """A model made by `localrun create` from a Modelfile, as a user makes one."""
-    (folder / "Modelfile").write_text(modelfile)
-    subprocess.run([sys.executable, "-m", "localrun", "create", name, "-f", str(folder / "Modelfile")],
-                   env=daemon.env(), check=True, capture_output=True, timeout=120)
-    return name
-
-
 def test_codex_completes_a_turn_without_a_protocol_error(daemon, tmp_path):
     """Greedy, so the answer is the same every run: sampled at the default temperature, SmolLM2 now
     and then rambled about Codex's skill list until the context ran out (an incomplete response)."""
-    greedy = created(daemon, tmp_path, "smollm2-greedy", "FROM smollm2\nPARAMETER temperature 0\n")
+    greedy = daemon.create("smollm2-greedy", "FROM smollm2\nPARAMETER temperature 0\n", tmp_path)
     events = codex_exec(daemon, tmp_path, "Say hello.", greedy)
     assert errors(events) == []
     assert [e["item"]["text"] for e in events if e.get("item", {}).get("type") == "agent_message"][0]
@@ -96,7 +88,7 @@ MESSAGE assistant """<tool_call>
 
 @pytest.fixture(scope="module")
 def agent_model(daemon, tmp_path_factory) -> str:
-    return created(daemon, tmp_path_factory.mktemp("agent"), "codex-smollm2", AGENT_MODELFILE)
+    return daemon.create("codex-smollm2", AGENT_MODELFILE, tmp_path_factory.mktemp("agent"))
 
 
 def test_a_codex_tool_call_runs_and_its_output_comes_back_to_the_model(daemon, tmp_path, agent_model):
