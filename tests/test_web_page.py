@@ -247,6 +247,22 @@ def test_regenerate_and_edit_and_resend_replace_the_answer(daemon, open_page):
     assert tab.errors == []
 
 
+def test_a_streaming_redraw_left_waiting_when_the_answer_ends_draws_nothing(daemon, open_page):
+    """Streaming redraws wait for the next animation frame; one still pending when the answer ends
+    must not replace the finished answer (its buttons) with a streaming one. The page's clock is
+    paused, so no frame comes until the test lets one; this had failed now and then in CI."""
+    tab = open_page(daemon.url + "/")
+    tab.page.clock.install()
+    tab.page.clock.pause_at(time.time() + 60)
+    tab.settings(max_tokens="4", seed="1")
+    tab.send("Name a fruit.")
+    regenerate = tab.page.locator("#messages article.assistant button:text('Regenerate')")
+    expect(regenerate).to_be_visible()
+    tab.page.clock.run_for(1000)
+    expect(regenerate).to_be_visible()
+    assert tab.errors == []
+
+
 def test_stop_ends_the_answer_and_the_daemon_drops_the_request(daemon, open_page):
     tab = open_page(daemon.url + "/")
     tab.settings(max_tokens="3000", extra='{"ignore_eos": true}')  # without Stop: thousands of tokens

@@ -72,6 +72,9 @@ function remove(conversation) {
 // --- rendering --------------------------------------------------------------------------------
 
 function renderAll() {
+  // a streaming redraw still waiting for its frame would replace the finished answer drawn here
+  cancelAnimationFrame(renderStreaming.frame);
+  renderStreaming.frame = 0;
   renderList();
   renderSettings();
   const conversation = current();
