@@ -36,12 +36,14 @@ def estimate_bytes(file_size: int, shape: KvShape, options: Any) -> int:
 
 def load_cache_bytes(shape: KvShape, options: Any, ctx: int) -> int:
     """The KV caches a load of `ctx` tokens per slot holds: the slots' own, of the configured type, whose
-    sliding-window layers keep only their window (engine.py), and the scoring side context's
-    (engine/scoring.py: one sequence of `ctx` tokens, f16, every cell kept, as it cuts back to the
-    prompt after each option), which a load makes as soon as anything is scored or a prompt's
-    logprobs are asked for."""
+    sliding-window layers keep only their window (engine.py), and its two side contexts', f16 with
+    every cell kept, which a load makes when first needed: scoring's (engine/scoring.py: one sequence
+    of `ctx` tokens, as it cuts back to the prompt after each option; made once anything is scored or
+    a prompt's logprobs are asked for) and embeddings' (engine/embed.py: `options.embed_ctx_size`
+    tokens, or the trained length when shorter, so this may count a little more than a load holds)."""
     slots = cache_bytes(shape, options.kv_cache_type, ctx, options.parallel, options.batch_size, options.kv_unified)
-    return slots + cache_bytes(shape, "f16", ctx, 1, options.batch_size, swa_full=True)
+    scoring = cache_bytes(shape, "f16", ctx, 1, options.batch_size, swa_full=True)
+    return slots + scoring + cache_bytes(shape, "f16", options.embed_ctx_size, 1, options.batch_size, swa_full=True)
 
 
 def cache_bytes(shape: KvShape, kv_cache_type: str, ctx: int, sequences: int, ubatch: int,
@@ -143,7 +145,7 @@ def fits(file_size: int, shape: KvShape, options: Any, budget: int) -> str | Non
     if file_size + cache <= budget:
         return None
     return (f"{_gib(file_size)} of weights and {_gib(cache)} of KV cache ({options.ctx_size} tokens x "
-            f"{options.parallel} slots, {options.kv_cache_type}, and the scoring context's) do not fit the "
+            f"{options.parallel} slots, {options.kv_cache_type}, and the scoring and embeddings contexts') do not fit the "
             f"memory budget of {_gib(budget)} (LOCALRUN_MEMORY_BUDGET)")
 
 

@@ -1,12 +1,13 @@
 """The KV cache estimate: sliding-window layers (Gemma 3) counted at llama.cpp's SWA cache size (the
 engine's slots keep only the window; side contexts such as scoring keep every cell), the scoring
-context counted too; from plain data, then against what llama.cpp allocates for the real Gemma 3 270M
+and embeddings contexts counted too; from plain data, then against what llama.cpp allocates for the real Gemma 3 270M
 (its own log of the buffers it made)."""
 
 from __future__ import annotations
 
 import logging
 import re
+from dataclasses import replace
 
 import pytest
 
@@ -47,12 +48,13 @@ def test_sliding_window_layers_hold_only_llama_cpps_window(ctx, sequences, unifi
     assert cache_bytes(GEMMA_SHAPE, "f16", ctx, sequences, 512, unified, swa_full) == expected
 
 
-def test_a_load_counts_its_slots_and_the_scoring_context():
-    options = EngineSettings(parallel=2, ctx_size=4096)
+def test_a_load_counts_its_slots_and_the_scoring_and_embeddings_contexts():
+    options = EngineSettings(parallel=2, ctx_size=4096, embed_ctx_size=1024)
     slots = cache_bytes(GEMMA_SHAPE, "f16", 4096, 2, 512)
-    assert load_cache_bytes(GEMMA_SHAPE, options, 4096) == slots + 18 * KIB * 4096  # scoring keeps every cell
+    sides = 18 * KIB * (4096 + 1024)  # both keep every cell
+    assert load_cache_bytes(GEMMA_SHAPE, options, 4096) == slots + sides
     plain = KvShape(30 * KIB)
-    assert load_cache_bytes(plain, options, 4096) == 30 * KIB * 4096 * 3
+    assert load_cache_bytes(plain, options, 4096) == 30 * KIB * (4096 * 3 + 1024)
 
 
 def test_gemma3s_automatic_context_is_its_trained_length_where_the_window_leaves_room():
@@ -85,3 +87,21 @@ def test_the_estimate_is_what_llama_cpp_allocates_for_gemma3(gemma_path, caplog,
         model.free()
     made = sum(float(size) for size in _SIZE.findall(caplog.text))  # the full layers' cache, then the SWA one
     assert made * MIB == pytest.approx(cache_bytes(shape, "f16", 4096, sequences, 512, unified, swa_full), abs=0.02 * MIB)
+
+
+def test_the_embeddings_context_is_counted_as_llama_cpp_allocates_it(smollm2_path, caplog):
+    from localrun.engine.backend import Model
+    from localrun.engine.embed import Embedder
+    from localrun.store.ggufinfo import read_info
+
+    shape = KvShape.of(read_info(smollm2_path).facts)
+    model = Model(str(smollm2_path), None)
+    try:
+        with caplog.at_level(logging.DEBUG, logger="localrun.llama"):
+            Embedder(model, 1024, THREADS).side.close()
+    finally:
+        model.free()
+    made = [float(size) * MIB for size in _SIZE.findall(caplog.text)]  # twice when made again to pool by mean
+    options = EngineSettings(parallel=1, ctx_size=256, embed_ctx_size=2048)  # 1024 tokens more than:
+    counted = load_cache_bytes(shape, options, 256) - load_cache_bytes(shape, replace(options, embed_ctx_size=1024), 256)
+    assert made and made == pytest.approx([counted] * len(made), abs=0.02 * MIB)
