@@ -145,8 +145,8 @@ def fits(file_size: int, shape: KvShape, options: Any, budget: int) -> str | Non
     if file_size + cache <= budget:
         return None
     return (f"{_gib(file_size)} of weights and {_gib(cache)} of KV cache ({options.ctx_size} tokens x "
-            f"{options.parallel} slots, {options.kv_cache_type}, and the scoring and embeddings contexts') do not fit the "
-            f"memory budget of {_gib(budget)} (LOCALRUN_MEMORY_BUDGET)")
+            f"{options.parallel} slots, {options.kv_cache_type}, and the scoring and embeddings contexts') do not "
+            f"fit the memory budget of {_gib(budget)} (LOCALRUN_MEMORY_BUDGET)")
 
 
 def _gib(n: int) -> str:

@@ -235,7 +235,8 @@ def test_a_model_loads_with_its_trained_context_unless_memory_or_a_setting_says_
         # b: (64 MiB - 1000 B - 2048 x 1 KiB for embeddings) / 1 KiB for the slot and 1 KiB for scoring, in 256s
         assert [x.options.ctx_size for x in spawned] == [2048, 31488]
         with pytest.raises(InvalidRequest, match=r"b cannot be loaded: .* KV cache \(65536 tokens x 1 slots, f16, "
-                                                 r"and the scoring and embeddings contexts'\) do not fit the memory budget of 0.1 GiB"):
+                                                 r"and the scoring and embeddings contexts'\) do not fit the memory "
+                                                 r"budget of 0.1 GiB"):
             async with m.lease("b", num_ctx=65536):
                 pass
         await m.close()

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import logging
 import re
-from dataclasses import replace
 
 import pytest
 
@@ -102,6 +101,6 @@ def test_the_embeddings_context_is_counted_as_llama_cpp_allocates_it(smollm2_pat
     finally:
         model.free()
     made = [float(size) * MIB for size in _SIZE.findall(caplog.text)]  # twice when made again to pool by mean
-    options = EngineSettings(parallel=1, ctx_size=256, embed_ctx_size=2048)  # 1024 tokens more than:
-    counted = load_cache_bytes(shape, options, 256) - load_cache_bytes(shape, replace(options, embed_ctx_size=1024), 256)
+    more, less = EngineSettings(embed_ctx_size=2048), EngineSettings(embed_ctx_size=1024)
+    counted = load_cache_bytes(shape, more, 256) - load_cache_bytes(shape, less, 256)  # for 1024 tokens
     assert made and made == pytest.approx([counted] * len(made), abs=0.02 * MIB)
