@@ -10,6 +10,7 @@ import llama_cpp
 import pytest
 
 from localrun.engine import Engine, EngineSettings, Finished, Request, Token, schema_to_grammar
+from localrun.engine.cpuuse import CpuUse
 from localrun.engine.scheduler import common_prefix
 from localrun.engine.threads import ThreadTuner
 from localrun.errors import ContextOverflow, InvalidRequest, ModelLoadError
@@ -567,6 +568,19 @@ def test_a_thread_trial_runs_on_decode_steps_only(smollm2_path):
         assert llama_cpp.llama_n_threads(eng.ctx) == 2 and eng.threads == 2
         generate(eng, "Then a decode step.", "d", max_tokens=2, **GREEDY)
         assert llama_cpp.llama_n_threads(eng.ctx) == 1  # the trial's own steps
+
+
+def test_prompts_take_all_cores_while_no_other_program_holds_one(smollm2_path):
+    """With the tuner at one thread for decoding, a prompt is evaluated on both cores while /proc shows
+    the other programs idle (here a fixed reading, as the machine running the tests is not)."""
+    with Engine(str(smollm2_path), EngineSettings(parallel=1, ctx_size=512)) as eng:
+        eng._tuner = tuner = ThreadTuner(2)
+        tuner.current = 1
+        for others, threads in ((1.1, 1), (0.05, 2)):
+            eng._cpu.sample = lambda now, others=others: CpuUse(others=others, idle=0.0)
+            eng.add(Request(f"p{others}", eng.tokenize("A prompt to evaluate."), SamplingParams(max_tokens=0)))
+            eng.step()
+            assert llama_cpp.llama_n_threads(eng.ctx) == threads and eng.threads == 1
 
 
 def test_a_step_stopped_by_the_stall_watch_runs_again_on_fewer_threads_with_the_same_tokens(smollm2_path):

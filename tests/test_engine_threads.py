@@ -138,6 +138,18 @@ def test_a_slower_step_with_no_other_program_is_not_a_taken_core():
     assert machine.tuner.current == 2 and machine.tuner.trials == 0
 
 
+def test_prompt_work_takes_all_cores_unless_another_program_holds_one():
+    """Decoding may settle on fewer threads (a single stream's own streaming can tip a trial); prompt
+    rows are compute-bound, and that streaming all but stops while a long prompt is evaluated."""
+    machine = Machine(ThreadTuner(2), BUSY, SPIN)
+    machine.run(1.0)
+    tuner = machine.tuner
+    assert tuner.current == 1
+    assert tuner.prompt_threads(SPIN) == 1 and tuner.prompt_threads(None) == 1  # held, or nothing known
+    assert tuner.prompt_threads(FREED) == 2
+    assert ThreadTuner(2).prompt_threads(SPIN) == 2  # never fewer than the decode choice
+
+
 def test_a_freed_core_is_taken_back_within_steps_not_at_the_next_clock_trial():
     machine = Machine(ThreadTuner(2), BUSY, SPIN)
     machine.run(20)  # long enough for trials to lose and the clock to back off

@@ -316,9 +316,11 @@ class Engine:
 
     def _tuned_threads(self, decoding: bool) -> int:
         """The tuner's choice; a trial runs on decode calls only (they are what it measures), so a
-        long prompt arriving mid-trial is not evaluated with the thread count under test."""
+        long prompt arriving mid-trial is not evaluated with the thread count under test; calls with
+        prompt tokens take all cores unless another program holds one (`ThreadTuner.prompt_threads`)."""
         if self._tuner:
-            wanted = self._tuner.threads if decoding else self._tuner.current
+            tuner = self._tuner
+            wanted = tuner.threads if decoding else tuner.prompt_threads(self._cpu.sample(time.perf_counter()))
             if wanted != self._threads:
                 self._threads = wanted
                 L.llama_set_n_threads(self.ctx, wanted, wanted)

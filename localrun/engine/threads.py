@@ -34,7 +34,8 @@ MIN_STALL = 0.02  # seconds: shorter steps are over before a watch could look tw
 
 
 class ThreadTuner:
-    """Pure bookkeeping: `threads` says what to use for the next step, `record` feeds timings back.
+    """Pure bookkeeping: `threads` says what to use for the next decode step, `record` feeds timings back,
+    `prompt_threads` says what a step evaluating prompt tokens uses.
 
     Only decode steps are recorded (their cost per token is comparable); prefill steps are not.
     `now` is a monotonic clock in seconds, given by the caller so that tests can drive time.
@@ -97,6 +98,17 @@ class ThreadTuner:
         elif due or level > usual * self.slowdown or self._freed(use, now):
             self._trial_threads, self._trial = self._alternative(), []
             self.trials += 1
+
+    def prompt_threads(self, use: CpuUse | None) -> int:
+        """Threads for a call that evaluates prompt tokens: all cores while /proc shows no other program
+        taking `BUSY_ELSEWHERE` of one, else the decode choice (`current`; unknown: the same). Fewer
+        threads can win a single stream's decoding on an idle machine, where this server's own work
+        per token (the runner's events, the daemon's stream, the client reading it) takes part of a
+        core; that work all but stops while a long prompt is evaluated, and prompt rows are
+        compute-bound, so on one thread a long prompt took about twice as long beside a chat."""
+        if use is not None and use.others < BUSY_ELSEWHERE:
+            return self.max_threads
+        return self.current
 
     def stall_limit(self, n_tokens: int) -> float | None:
         """How long a decode step of `n_tokens` may run on all cores before a stall watch may stop it
