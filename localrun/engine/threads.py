@@ -105,7 +105,7 @@ class ThreadTuner:
         threads can win a single stream's decoding on an idle machine, where this server's own work
         per token (the runner's events, the daemon's stream, the client reading it) takes part of a
         core; that work all but stops while a long prompt is evaluated, and prompt rows are
-        compute-bound, so on one thread a long prompt took about twice as long beside a chat."""
+        compute-bound: on 2 cores a 1252-token prompt took 9.6 s on one thread against 5.0 s on two."""
         if use is not None and use.others < BUSY_ELSEWHERE:
             return self.max_threads
         return self.current
