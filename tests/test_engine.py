@@ -577,7 +577,7 @@ def test_prompts_take_all_cores_while_no_other_program_holds_one(smollm2_path):
         eng._tuner = tuner = ThreadTuner(2)
         tuner.current = 1
         for others, threads in ((1.1, 1), (0.05, 2)):
-            eng._cpu.sample = lambda now, others=others: CpuUse(others=others, idle=0.0)
+            eng._cpu.sample = lambda now, others=others, **_: CpuUse(others=others, idle=0.0)
             eng.add(Request(f"p{others}", eng.tokenize("A prompt to evaluate."), SamplingParams(max_tokens=0)))
             eng.step()
             assert llama_cpp.llama_n_threads(eng.ctx) == threads and eng.threads == 1

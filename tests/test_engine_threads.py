@@ -294,3 +294,11 @@ def test_the_cpu_meter_starts_over_after_an_idle_while():
     assert meter.sample(0.5) is not None
     assert meter.sample(5.0) is None  # starts over
     assert meter.sample(5.2) is not None
+
+
+def test_a_reading_across_an_idle_while_is_given_when_asked_for_and_not_kept():
+    """Whether another program holds a core, the idle while answers too (a prompt's thread count)."""
+    meter = CpuMeter(interval=0.1, now=0.0, stale=1.0)
+    assert meter.sample(5.0, across_idle=True) is not None
+    assert meter.sample(5.05) is None  # within the interval the decode tuner still has no reading
+    assert meter.sample(5.2) is not None

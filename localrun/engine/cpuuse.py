@@ -38,20 +38,23 @@ class CpuMeter:
         if now is not None:  # a first reading now, so that the first sample an interval later has a value
             self.sample(now)
 
-    def sample(self, now: float) -> CpuUse | None:
+    def sample(self, now: float, across_idle: bool = False) -> CpuUse | None:
+        """`across_idle`: after a stale gap, return the reading over the gap (for a question the idle
+        time answers too: is another program holding a core?); later samples still start over."""
         if self._last is not None and now - self._last[0] < self.interval:
             return self._use
         counters = _read_counters()
         if counters is None:
             return None
-        if self._last is not None and now - self._last[0] > self.stale:
-            self._use = None
-        elif self._last is not None:
-            seconds = (now - self._last[0]) * self._tick
-            busy, idle, own = (new - old for new, old in zip(counters, self._last[1:]))
-            self._use = CpuUse(others=max(0.0, busy - own) / seconds, idle=idle / seconds)
-        self._last = (now, *counters)
-        return self._use
+        last, self._last = self._last, (now, *counters)
+        if last is None:
+            return self._use
+        seconds = (now - last[0]) * self._tick
+        busy, idle, own = (new - old for new, old in zip(counters, last[1:]))
+        use = CpuUse(others=max(0.0, busy - own) / seconds, idle=idle / seconds)
+        stale = now - last[0] > self.stale
+        self._use = None if stale else use
+        return use if across_idle else self._use
 
 
 def _read_counters() -> tuple[int, int, int] | None:

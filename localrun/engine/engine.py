@@ -319,8 +319,10 @@ class Engine:
         long prompt arriving mid-trial is not evaluated with the thread count under test; calls with
         prompt tokens take all cores unless another program holds one (`ThreadTuner.prompt_threads`)."""
         if self._tuner:
-            tuner = self._tuner
-            wanted = tuner.threads if decoding else tuner.prompt_threads(self._cpu.sample(time.perf_counter()))
+            if decoding:
+                wanted = self._tuner.threads
+            else:  # a prompt after an idle while: what the others did meanwhile says whether a core is theirs
+                wanted = self._tuner.prompt_threads(self._cpu.sample(time.perf_counter(), across_idle=True))
             if wanted != self._threads:
                 self._threads = wanted
                 L.llama_set_n_threads(self.ctx, wanted, wanted)
