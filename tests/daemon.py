@@ -15,6 +15,8 @@ from pathlib import Path
 
 import httpx
 
+from tests.cli import run_cli
+
 MODEL = "smollm2"
 EMBED_CTX = 512  # the session daemon's embeddings context (conftest.py): long-input tests stay short
 
@@ -45,8 +47,7 @@ class Daemon:
         makes a model; the model's full name."""
         path = folder / "Modelfile"
         path.write_text(modelfile)
-        subprocess.run([sys.executable, "-m", "localrun", "create", name, "-f", str(path)], env=self.env(),
-                       check=True, capture_output=True, timeout=120)
+        run_cli("create", name, "-f", str(path), env=self.env(), timeout=120).check_returncode()
         return f"{name}:latest"
 
     def stop(self) -> None:

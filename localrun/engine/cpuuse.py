@@ -48,7 +48,7 @@ class CpuMeter:
             return None
         last, self._last = self._last, (now, *counters)
         if last is None:
-            return self._use
+            return None
         seconds = (now - last[0]) * self._tick
         busy, idle, own = (new - old for new, old in zip(counters, last[1:]))
         use = CpuUse(others=max(0.0, busy - own) / seconds, idle=idle / seconds)
