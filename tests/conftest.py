@@ -4,6 +4,7 @@ and the real models that ship in packages are at hand offline."""
 from __future__ import annotations
 
 import importlib.resources
+import os
 import signal
 from pathlib import Path
 
@@ -16,6 +17,15 @@ def pytest_configure(config):
     tests need Ctrl-C to work, so the suite's own process takes SIGINT back."""
     if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
         signal.signal(signal.SIGINT, signal.default_int_handler)
+    _cache_bytecode_for_subprocesses()
+
+
+def _cache_bytecode_for_subprocesses() -> None:
+    """With PYTHONDONTWRITEBYTECODE set (some machines set it for every shell), each of the suite's
+    ~500 CLIs, daemons and runners would compile localrun's modules from source (an editable install
+    has no bytecode until something writes it): the suite's children write it, as Python does by
+    default, and read it after."""
+    os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
 
 
 @pytest.fixture(scope="session", autouse=True)

@@ -4,11 +4,15 @@ server, OpenAI, Ollama and Anthropic tests share one process (and one loaded run
 
 from __future__ import annotations
 
+import atexit
+import functools
 import os
+import shutil
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -60,16 +64,27 @@ class Daemon:
                 self.proc.wait()
 
 
+@functools.cache
+def _pulled_store() -> Path:
+    """The bundled model pulled once per test process into a store of its own: each daemon's home gets
+    a copy of that store, which is what a pull leaves (a pull costs about a second, a copy a tenth)."""
+    home = Path(tempfile.mkdtemp(prefix="localrun-pulled-"))
+    atexit.register(shutil.rmtree, home, ignore_errors=True)
+    subprocess.run([sys.executable, "-m", "localrun", "pull", MODEL, "--quiet"], check=True, capture_output=True,
+                   env={**os.environ, "LOCALRUN_HOME": str(home)}, timeout=120)
+    return home / "models"
+
+
 def start_daemon(home: Path, extra_env: dict[str, str] | None = None, pull: bool = True,
                  args: tuple[str, ...] = ()) -> Daemon:
-    """Pull the bundled model into `home` (offline) and start a daemon serving it (`args` go to serve)."""
+    """Give `home` the bundled model as a pull would (offline) and start a daemon serving it (`args` go to
+    serve)."""
     home.mkdir(parents=True, exist_ok=True)
     # The tests pull from file servers on loopback, which the daemon refuses unless it is allowed.
     env = {**os.environ, "LOCALRUN_HOME": str(home), "LOCALRUN_KEEP_ALIVE": "-1", "LOCALRUN_ALLOW_PRIVATE_PULL": "1",
            **(extra_env or {})}
     if pull:
-        subprocess.run([sys.executable, "-m", "localrun", "pull", MODEL, "--quiet"], env=env, check=True,
-                       capture_output=True, timeout=120)
+        shutil.copytree(_pulled_store(), home / "models", dirs_exist_ok=True)
     port = free_port()
     log = home / "daemon.log"
     command = [sys.executable, "-m", "localrun", "serve", "--host", "127.0.0.1", "--port", str(port), *args]
