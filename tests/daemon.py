@@ -64,10 +64,14 @@ class Daemon:
                 self.proc.wait()
 
 
+def give_bundled_model(home: Path) -> None:
+    """Leave in `home`'s store what `localrun pull smollm2` leaves there: a copy of one store the bundled
+    model was pulled into once per test process (a pull costs about a second, a copy a tenth)."""
+    shutil.copytree(_pulled_store(), home / "models", dirs_exist_ok=True)
+
+
 @functools.cache
 def _pulled_store() -> Path:
-    """The bundled model pulled once per test process into a store of its own: each daemon's home gets
-    a copy of that store, which is what a pull leaves (a pull costs about a second, a copy a tenth)."""
     home = Path(tempfile.mkdtemp(prefix="localrun-pulled-"))
     atexit.register(shutil.rmtree, home, ignore_errors=True)
     subprocess.run([sys.executable, "-m", "localrun", "pull", MODEL, "--quiet"], check=True, capture_output=True,
@@ -84,7 +88,7 @@ def start_daemon(home: Path, extra_env: dict[str, str] | None = None, pull: bool
     env = {**os.environ, "LOCALRUN_HOME": str(home), "LOCALRUN_KEEP_ALIVE": "-1", "LOCALRUN_ALLOW_PRIVATE_PULL": "1",
            **(extra_env or {})}
     if pull:
-        shutil.copytree(_pulled_store(), home / "models", dirs_exist_ok=True)
+        give_bundled_model(home)
     port = free_port()
     log = home / "daemon.log"
     command = [sys.executable, "-m", "localrun", "serve", "--host", "127.0.0.1", "--port", str(port), *args]

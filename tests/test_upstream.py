@@ -8,9 +8,6 @@ The tests run in file order: the last ones kill the replicas."""
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 import time
 
 import anthropic
@@ -21,7 +18,8 @@ import openai
 import pytest
 
 from localrun.api_types import ListedModel, ShowResponse
-from tests.daemon import MODEL, start_daemon
+from tests.cli import run_cli
+from tests.daemon import MODEL, give_bundled_model, start_daemon
 from tests.test_anthropic_api import anthropic_tool
 from tests.tool_fixtures import ADD
 
@@ -33,10 +31,9 @@ HELLO = [{"role": "user", "content": "Name a colour."}]
 
 def _replica(home):
     """A daemon serving the bundled model under the name `remote-smollm`, behind an API key."""
-    env = {**os.environ, "LOCALRUN_HOME": str(home)}
     home.mkdir(parents=True)
-    for args in (["pull", MODEL, "--quiet"], ["cp", MODEL, REMOTE]):
-        subprocess.run([sys.executable, "-m", "localrun", *args], env=env, check=True, capture_output=True, timeout=120)
+    give_bundled_model(home)
+    run_cli("cp", MODEL, REMOTE, env={"LOCALRUN_HOME": str(home)}).check_returncode()
     return start_daemon(home, {"LOCALRUN_API_KEY": UPSTREAM_KEY}, pull=False)
 
 
@@ -186,8 +183,7 @@ def test_the_turns_of_one_conversation_stay_on_the_replica_that_holds_its_prefix
 
 
 def test_doctor_checks_each_replica_of_the_backend(front):
-    out = subprocess.run([sys.executable, "-m", "localrun", "doctor", "--json"], env={**front.env(), "UPSTREAM_KEY": UPSTREAM_KEY},
-                         capture_output=True, text=True, timeout=120)
+    out = run_cli("doctor", "--json", env={**front.env(), "UPSTREAM_KEY": UPSTREAM_KEY}, timeout=120)
     (gpu,) = json.loads(out.stdout)["backends"]
     assert [r["ok"] for r in gpu["replicas"]] == [True, True] and gpu["api_key_set"] is True
     assert all("remote-smollm:latest" in r["models"] for r in gpu["replicas"])
@@ -260,7 +256,6 @@ def test_both_killed_every_dialect_gets_a_502_naming_the_backend_and_local_model
 
 
 def test_list_shows_the_declared_upstream_model_with_its_backend(front):
-    out = subprocess.run([sys.executable, "-m", "localrun", "list", "--json"], env=front.env(), capture_output=True,
-                         text=True, timeout=60)
+    out = run_cli("list", "--json", env=front.env(), timeout=60)
     rows = {row["name"]: row for row in json.loads(out.stdout)}
     assert rows[REMOTE]["backend"] == "gpu"
