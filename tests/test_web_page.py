@@ -17,7 +17,7 @@ import pytest
 from playwright.sync_api import expect, sync_playwright
 
 from tests.daemon import start_daemon
-from tests.fileserver import Fault, FileServer
+from tests.fileserver import FileServer
 from tests.tiny_gguf import write_tiny_gguf
 
 CHROMIUM = Path("/usr/bin/chromium")
