@@ -11,7 +11,7 @@ log-probabilities, sent per token, a compact `to_wire`/`from_wire` triple), and 
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import Any, Sequence
 
 from localrun.errors import InvalidRequest
 from localrun.sampling import SamplingParams
@@ -74,10 +74,18 @@ class Usage:
     prompt_tokens: int = 0
     cached_tokens: int = 0
     completion_tokens: int = 0
+    reasoning_tokens: int = 0  # of completion_tokens, the ones inside the thought
 
     @property
     def total_tokens(self) -> int:
         return self.prompt_tokens + self.completion_tokens
+
+    @classmethod
+    def of(cls, choices: Sequence[Done]) -> Usage:
+        """A request's usage from its choices: the prompt they share counted once, their tokens summed."""
+        first = choices[0].timings
+        return cls(first.prompt_tokens, first.cached_tokens, sum(c.timings.generated_tokens for c in choices),
+                   sum(c.timings.reasoning_tokens for c in choices))
 
 
 @dataclass(slots=True)
@@ -180,11 +188,6 @@ class Done:
     stop_sequence: str | None = None
     context: list[int] | None = None  # with GenerateRequest.return_context: prompt + answer token ids
     reasoning: str = ""  # the whole thinking of the choice, split out of `text`
-
-    @property
-    def usage(self) -> Usage:
-        t = self.timings
-        return Usage(t.prompt_tokens, t.cached_tokens, t.generated_tokens)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

@@ -79,23 +79,31 @@ def test_openai_thinking_is_reasoning_content_and_the_budget_lets_the_answer_fol
     assert unbounded.content == "" and unbounded.reasoning_content  # the thought never closes by itself
     assert "<think>" not in unbounded.reasoning_content
 
-    answer = oai.chat.completions.create(**request, extra_body={"reasoning_budget": BUDGET}).choices[0]
+    whole = oai.chat.completions.create(**request, extra_body={"reasoning_budget": BUDGET})
+    answer = whole.choices[0]
     thought, content = answer.message.reasoning_content, answer.message.content
     assert thought and content and "think>" not in thought and not content.startswith(("<", "\n"))
     assert unbounded.reasoning_content.startswith(thought)  # the same thought, cut at the budget
     tokens = httpx.post(f"{daemon.url}/api/tokenize", json={"model": MODEL, "text": thought}, timeout=30).json()["tokens"]
     assert len(tokens) <= BUDGET + 1
+    # the budget's thinking tokens, then the end-of-thought marker the engine wrote, are the thought
+    assert BUDGET <= whole.usage.completion_tokens_details.reasoning_tokens < whole.usage.completion_tokens
 
-    chunks = list(oai.chat.completions.create(**request, extra_body={"reasoning_budget": BUDGET}, stream=True))
+    chunks = list(oai.chat.completions.create(**request, extra_body={"reasoning_budget": BUDGET}, stream=True,
+                                              stream_options={"include_usage": True}))
     deltas = [c.choices[0].delta for c in chunks if c.choices]
     assert "".join(getattr(d, "reasoning_content", None) or "" for d in deltas) == thought
     assert "".join(d.content or "" for d in deltas) == content
+    streamed = chunks[-1].usage
+    assert (streamed.completion_tokens, streamed.completion_tokens_details) == \
+        (whole.usage.completion_tokens, whole.usage.completion_tokens_details)
 
 
 def test_openai_reasoning_effort_none_turns_thinking_off(oai):
-    message = oai.chat.completions.create(model=MODEL, messages=ASK, temperature=0, max_tokens=12,
-                                          reasoning_effort="none").choices[0].message
+    answer = oai.chat.completions.create(model=MODEL, messages=ASK, temperature=0, max_tokens=12, reasoning_effort="none")
+    message = answer.choices[0].message
     assert message.content and getattr(message, "reasoning_content", None) is None
+    assert answer.usage.completion_tokens_details.reasoning_tokens == 0 < answer.usage.completion_tokens
 
 
 def test_ollama_thinking_is_message_thinking(daemon, model):

@@ -15,7 +15,7 @@ import time
 from dataclasses import dataclass, field, replace
 from typing import Any, AsyncIterator, Callable, Mapping
 
-from localrun.native import Delta, Done, Event, GenerateRequest, Started, Timings, TokenLogprob, decode_event
+from localrun.native import Delta, Done, Event, GenerateRequest, Started, Timings, TokenLogprob, Usage, decode_event
 from localrun.server import access_log
 from localrun.errors import ContextOverflow
 from localrun.server.defaults import for_model, how_to_raise
@@ -100,8 +100,8 @@ class Collected:
         return self.choices[0].timings
 
     @property
-    def completion_tokens(self) -> int:
-        return sum(c.timings.generated_tokens for c in self.choices)
+    def usage(self) -> Usage:
+        return Usage.of(self.choices)
 
 
 async def collect(manager: ModelManager, request: GenerateRequest,

@@ -36,7 +36,7 @@ async def chat_completions(body: ChatCompletionRequest, request: Request) -> Any
     return {
         "id": t.new_id("chatcmpl"), "object": "chat.completion", "created": t.now(), "model": body.model,
         "choices": [_chat_choice(done, result.logprobs.get(done.index), body.logprobs) for done in result.choices],
-        "usage": t.usage(_total_usage(result)), "timings": result.timings.to_llama_server(),
+        "usage": t.usage(result.usage), "timings": result.timings.to_llama_server(),
         "system_fingerprint": "localrun",
     }
 
@@ -52,14 +52,9 @@ def _chat_choice(done: Done, logprobs: Any, wanted: bool) -> dict[str, Any]:
             "logprobs": t.chat_logprobs(logprobs or []) if wanted else None, "finish_reason": t.finish_reason(done)}
 
 
-def _total_usage(result: generation.Collected) -> Usage:
-    return Usage(result.timings.prompt_tokens, result.timings.cached_tokens, result.completion_tokens)
-
-
-def _usage_fields(last: Done, completion_tokens: int) -> dict[str, Any]:
+def _usage_fields(done: list[Done]) -> dict[str, Any]:
     """What the final chunk of a stream with include_usage carries: usage, plus llama-server timings."""
-    usage = Usage(last.timings.prompt_tokens, last.timings.cached_tokens, completion_tokens)
-    return {"usage": t.usage(usage), "timings": last.timings.to_llama_server()}
+    return {"usage": t.usage(Usage.of(done)), "timings": done[-1].timings.to_llama_server()}
 
 
 async def _chat_chunks(gen: generation.Generation, model: str, include_usage: bool) -> AsyncIterator[str]:
@@ -72,7 +67,7 @@ async def _chat_chunks(gen: generation.Generation, model: str, include_usage: bo
     text_chunk = _text_chunks(chunk, lambda index, text: {"index": index, "delta": {"content": text},
                                                           "logprobs": None, "finish_reason": None})
     started: set[int] = set()
-    completion_tokens, last = 0, None
+    done: list[Done] = []
     async for event in gen:
         if isinstance(event, Delta) and not event.logprobs and not event.reasoning and event.index in started:
             yield text_chunk(event.index, event.text)  # the common case, rendered cheaply
@@ -91,11 +86,10 @@ async def _chat_chunks(gen: generation.Generation, model: str, include_usage: bo
             yield chunk([{"index": event.index, "delta": delta | {"tool_calls": [piece]}, "logprobs": None,
                           "finish_reason": None}])
             delta = {}
-        completion_tokens += event.timings.generated_tokens
-        last = event
+        done.append(event)
         yield chunk([{"index": event.index, "delta": delta, "logprobs": None, "finish_reason": t.finish_reason(event)}])
-    if include_usage and last is not None:
-        yield chunk([], **_usage_fields(last, completion_tokens))
+    if include_usage and done:
+        yield chunk([], **_usage_fields(done))
     yield sse("[DONE]")
 
 
@@ -121,7 +115,7 @@ async def completions(body: CompletionRequest, request: Request) -> Any:
         "logprobs": (t.completion_logprobs(echoed + result.logprobs.get(done.index, []))
                      if body.logprobs is not None else None),
     } for done in result.choices]
-    return _completion(body, choices, _total_usage(result), timings=result.timings.to_llama_server())
+    return _completion(body, choices, result.usage, timings=result.timings.to_llama_server())
 
 
 def _completion(body: CompletionRequest, choices: list[dict[str, Any]], usage: Usage, **extra: Any) -> dict[str, Any]:
@@ -146,7 +140,7 @@ async def _completion_chunks(gen: generation.Generation, body: CompletionRequest
 
     text_chunk = _text_chunks(chunk, lambda index, text: {"text": text, "index": index, "logprobs": None,
                                                           "finish_reason": None})
-    completion_tokens, last = 0, None
+    done: list[Done] = []
     async for event in gen:
         if isinstance(event, Delta) and body.logprobs is None:
             yield text_chunk(event.index, event.text)  # the common case, rendered cheaply
@@ -155,11 +149,10 @@ async def _completion_chunks(gen: generation.Generation, body: CompletionRequest
             logprobs = t.completion_logprobs(event.logprobs)
             yield chunk([{"text": event.text, "index": event.index, "logprobs": logprobs, "finish_reason": None}])
             continue
-        completion_tokens += event.timings.generated_tokens
-        last = event
+        done.append(event)
         yield chunk([{"text": "", "index": event.index, "logprobs": None, "finish_reason": t.finish_reason(event)}])
-    if include_usage and last is not None:
-        yield chunk([], **_usage_fields(last, completion_tokens))
+    if include_usage and done:
+        yield chunk([], **_usage_fields(done))
     yield sse("[DONE]")
 
 
