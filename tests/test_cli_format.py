@@ -11,8 +11,9 @@ from localrun.client import Completion, Timings, Usage
 NOW = datetime(2026, 1, 1, tzinfo=timezone.utc)
 
 
-@pytest.mark.parametrize("n, text", [(0, "0 B"), (999, "999 B"), (101_000_000, "101 MB"), (4_700_000_000, "4.7 GB"),
-                                     (120_000_000_000, "120 GB")])
+@pytest.mark.parametrize("n, text", [(0, "0 B"), (999, "999 B"), (33_000, "33 KB"), (98_362_432, "98 MB"),
+                                     (101_000_000, "101 MB"), (1_000_000_000, "1 GB"), (4_700_000_000, "4.7 GB"),
+                                     (120_000_000_000, "120 GB"), (2_500_000_000_000, "2.5 TB")])
 def test_human_size(n, text):
     assert human_size(n) == text
 

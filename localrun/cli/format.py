@@ -9,20 +9,12 @@ from typing import Any
 
 
 def human_size(n: int) -> str:
-    """Decimal units, as Ollama prints them: 101 MB, 4.7 GB."""
-    size = float(n)
-    for unit in ("B", "KB", "MB", "GB", "TB"):
-        if size < 1000 or unit == "TB":
-            return f"{size:.0f} {unit}" if unit in ("B", "KB", "MB") or size >= 100 else f"{size:.1f} {unit}"
-        size /= 1000
-    raise AssertionError("unreachable")
-
-
-def model_size(n: int) -> str:
-    """A model's size as `list` and `show` print it: one decimal below ten units (33 KB, 1.5 GB)."""
-    for unit, scale in (("GB", 1e9), ("MB", 1e6), ("KB", 1e3)):
+    """Decimal units as Ollama prints them (its `format.HumanBytes`): whole units from ten up (101 MB,
+    the fraction dropped), one decimal below ten unless whole (4.7 GB, 1 GB, 33 KB)."""
+    for unit, scale in (("TB", 1e12), ("GB", 1e9), ("MB", 1e6), ("KB", 1e3)):
         if n >= scale:
-            return f"{n / scale:.1f} {unit}" if n < 10 * scale else f"{n / scale:.0f} {unit}"
+            value = n / scale
+            return f"{value:.1f} {unit}" if value < 10 and value != int(value) else f"{int(value)} {unit}"
     return f"{n} B"
 
 
@@ -127,4 +119,4 @@ def print_json(data: Any) -> None:
     sys.stdout.flush()
 
 
-__all__ = ["human_size", "model_size", "first_line", "until", "processor", "table", "print_json", "WordWrap"]
+__all__ = ["human_size", "first_line", "until", "processor", "table", "print_json", "WordWrap"]

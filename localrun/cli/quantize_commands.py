@@ -17,7 +17,7 @@ import typer
 
 from localrun.cli import generation as g
 from localrun.cli.app import app
-from localrun.cli.format import print_json
+from localrun.cli.format import human_size, print_json
 
 UNQUANTIZED = ("", "F32", "F16", "BF16")
 
@@ -56,7 +56,7 @@ def quantize(
         print_json({"event": "success", "model": result.to_dict()})
     else:
         typer.echo(f"quantized {source.name} to {result.name} ({done['type']}, {result.short_id}, "
-                   f"{result.size / 1e6:.0f} MB from {source.size / 1e6:.0f} MB)")
+                   f"{human_size(result.size)} from {human_size(source.size)})")
 
 
 def _run_child(source, partial: Path, type_: str, report) -> dict[str, Any]:

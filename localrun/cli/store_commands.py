@@ -20,7 +20,7 @@ from typing import Any, Iterable, Optional
 import typer
 
 from localrun.cli.app import app
-from localrun.cli.format import first_line, model_size, print_json
+from localrun.cli.format import first_line, human_size, print_json
 from localrun.cli.stores import Shown, open_store
 
 SERVER_HELP = ("A server with its own store (URL; Ollama or localrun) to do this on; default: LOCALRUN_HOST's, "
@@ -62,7 +62,7 @@ def pull(
         print_json({"status": "success", "model": made.json})
     else:
         typer.echo(f"pulled {made.name} on {made.host}" if made.host
-                   else f"pulled {made.name} ({made.short_id}, {model_size(made.size)})")
+                   else f"pulled {made.name} ({made.short_id}, {human_size(made.size)})")
 
 
 @app.command("list")
@@ -76,7 +76,7 @@ def list_models(
         print_json([m.json for m in models])
         return
     _print_table([(m.name, m.digest.removeprefix("sha256:")[:12] or m.where or "-",
-                   model_size(m.size) if m.size else "-", m.quantization or "-", m.parameter_size or "-",
+                   human_size(m.size) if m.size else "-", m.quantization or "-", m.parameter_size or "-",
                    _ago(m.modified) if m.modified else "-") for m in models])
 
 

@@ -15,7 +15,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Protocol, TypeVar
 
-from localrun.cli.format import first_line, model_size
+from localrun.cli.format import first_line, human_size
 
 if TYPE_CHECKING:
     from localrun.api_types import ListedModel, ShowResponse
@@ -120,7 +120,7 @@ class LocalStore:
                     ("parameters", info.parameter_size), ("quantization", info.quantization),
                     ("context length", str(info.context_length)), ("embedding length", str(info.embedding_length)),
                     ("license", info.license or "-"), ("loads with", _context_in_use(resolved)),
-                    ("size", model_size(resolved.size)), ("digest", resolved.digest), ("source", resolved.source)]
+                    ("size", human_size(resolved.size)), ("digest", resolved.digest), ("source", resolved.source)]
             if resolved.origin:  # made by `localrun quantize`
                 origin = resolved.origin
                 rows.append(("quantized from", f"{origin['model']} ({origin['digest'].removeprefix('sha256:')[:12]})"))
@@ -191,7 +191,7 @@ class ServerStore:
                 ("context length", str(shown.context_length or "-")),
                 ("embedding length", str(shown.embedding_length or "-")),
                 ("license", first_line(shown.license or "") or "-"),
-                ("size", model_size(listed.size) if listed.size else "-"), ("digest", listed.digest or "-"),
+                ("size", human_size(listed.size) if listed.size else "-"), ("digest", listed.digest or "-"),
                 ("server", self.where)]
         license_ = None if shown.license is None else shown.license or "(no license in the server's answer)"
         return Shown(lambda: rows, shown.architecture, shown.template or "", shown.template, license_, shown.model_info,
