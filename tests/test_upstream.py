@@ -21,25 +21,34 @@ from localrun.api_types import ListedModel, ShowResponse
 from tests.cli import run_cli
 from tests.daemon import MODEL, give_bundled_model, start_daemon
 from tests.test_anthropic_api import anthropic_tool
+from tests.test_thinking_api import ASK, BUDGET
+from tests.test_thinking_api import TEMPLATE as THINKING_TEMPLATE
+from tests.tiny_gguf import with_chat_template
 from tests.tool_fixtures import ADD
 
 REMOTE = "remote-smollm"
+THINKER = "remote-thinker"  # SmolLM2 under DeepSeek R1's chat template (tests/test_thinking_api.py)
 FRONT_KEY, UPSTREAM_KEY = "front-secret", "upstream-secret"
 GREEDY = {"temperature": 0, "max_tokens": 12}
 HELLO = [{"role": "user", "content": "Name a colour."}]
 
 
-def _replica(home):
-    """A daemon serving the bundled model under the name `remote-smollm`, behind an API key."""
+def _replica(home, thinker):
+    """A daemon serving the bundled model under the name `remote-smollm`, and a thinking model, behind an
+    API key."""
     home.mkdir(parents=True)
     give_bundled_model(home)
-    run_cli("cp", MODEL, REMOTE, env={"LOCALRUN_HOME": str(home)}).check_returncode()
+    env = {"LOCALRUN_HOME": str(home)}
+    run_cli("cp", MODEL, REMOTE, env=env).check_returncode()
+    run_cli("pull", str(thinker), "--quiet", env=env).check_returncode()
     return start_daemon(home, {"LOCALRUN_API_KEY": UPSTREAM_KEY}, pull=False)
 
 
 @pytest.fixture(scope="module")
-def replicas(tmp_path_factory):
-    started = [_replica(tmp_path_factory.mktemp("replica") / "home") for _ in range(2)]
+def replicas(tmp_path_factory, smollm2_path):
+    thinker = with_chat_template(smollm2_path, tmp_path_factory.mktemp("thinker") / f"{THINKER}.gguf",
+                                 THINKING_TEMPLATE.read_text())
+    started = [_replica(tmp_path_factory.mktemp("replica") / "home", thinker) for _ in range(2)]
     yield started
     for d in started:
         d.stop()
@@ -51,7 +60,7 @@ def front(tmp_path_factory, replicas):
     (home / "config").mkdir()
     urls = ", ".join(f'"{r.url}/v1"' for r in replicas)
     (home / "config" / "backends.toml").write_text(
-        f'[backends.gpu]\nurl = [{urls}]\nmodels = ["{REMOTE}"]\napi_key_env = "UPSTREAM_KEY"\n'
+        f'[backends.gpu]\nurl = [{urls}]\nmodels = ["{REMOTE}", "{THINKER}"]\napi_key_env = "UPSTREAM_KEY"\n'
         'health_interval = "1s"\nconnect_timeout = "2s"\n')
     d = start_daemon(home, {"LOCALRUN_API_KEY": FRONT_KEY, "UPSTREAM_KEY": UPSTREAM_KEY})
     yield d
@@ -164,6 +173,34 @@ def test_ollama_chat_reaches_the_upstream_streamed_and_not(front):
     assert parts[-1].eval_count > 0 and parts[-1].prompt_eval_count > 0
     assert client.generate(model=REMOTE, prompt="Say hi.", options=options).response
     assert client.show(REMOTE).modelfile.startswith(f"# {REMOTE} is served by backend gpu")
+
+
+def test_an_upstream_models_thinking_reaches_each_dialect_as_its_own_field(front, replicas):
+    """The replicas split the thought out (their own parser, as vLLM's reasoning parser does); the front
+    passes the switch and the budget up and the thought back, as reasoning_content and Ollama's thinking:
+    each answer is the one a replica gives when asked directly."""
+    request = dict(model=THINKER, messages=ASK, temperature=0, max_tokens=30, extra_body={"reasoning_budget": BUDGET})
+    answer = _openai(front).chat.completions.create(**request)
+    message = answer.choices[0].message
+    assert message.reasoning_content and message.content and "think>" not in message.reasoning_content
+    assert BUDGET <= answer.usage.completion_tokens_details.reasoning_tokens < answer.usage.completion_tokens
+    direct = openai.OpenAI(base_url=f"{replicas[0].url}/v1", api_key=UPSTREAM_KEY).chat.completions.create(**request)
+    assert (message.reasoning_content, message.content) == (direct.choices[0].message.reasoning_content,
+                                                             direct.choices[0].message.content)
+
+    def ollama_client(d, key: str) -> ollama.Client:
+        return ollama.Client(host=d.url, headers={"Authorization": f"Bearer {key}"}, timeout=120)
+
+    options = {"temperature": 0, "num_predict": 30, "reasoning_budget": BUDGET}
+    pieces = list(ollama_client(front, FRONT_KEY).chat(model=THINKER, messages=ASK, think=True, options=options,
+                                                       stream=True))
+    alone = ollama_client(replicas[0], UPSTREAM_KEY).chat(model=THINKER, messages=ASK, think=True, options=options)
+    assert alone.message.thinking and alone.message.content
+    assert "".join(p.message.thinking or "" for p in pieces) == alone.message.thinking
+    assert "".join(p.message.content or "" for p in pieces) == alone.message.content
+    off = ollama_client(front, FRONT_KEY).chat(model=THINKER, messages=ASK, think=False,
+                                               options={"temperature": 0, "num_predict": 12}).message
+    assert off.content and not off.thinking
 
 
 def test_conversations_spread_over_both_replicas(front, replicas):

@@ -115,6 +115,34 @@ def test_a_stream_gives_deltas_as_they_come_and_one_done_with_usage_and_tool_cal
     assert (t.prompt_tokens, t.cached_tokens, t.generated_tokens, t.prompt_ms, t.generation_ms) == (7, 3, 4, 10.0, 20.0)
 
 
+@pytest.mark.parametrize("think, effort, budget, sent", [
+    (None, None, None, {}),
+    (False, None, None, {"chat_template_kwargs": {"enable_thinking": False}}),
+    (True, "high", 64, {"chat_template_kwargs": {"enable_thinking": True}, "reasoning_effort": "high",
+                        "reasoning_budget": 64}),
+])
+def test_the_thinking_switch_effort_and_budget_go_upstream_as_vllm_and_llama_server_read_them(think, effort, budget, sent):
+    request = GenerateRequest(model="m", messages=[{"role": "user", "content": "hi"}], think=think,
+                              reasoning_effort=effort, reasoning_budget=budget)
+    _, body = wire.request_body(request, "m")
+    assert {k: body[k] for k in ("chat_template_kwargs", "reasoning_effort", "reasoning_budget") if k in body} == sent
+
+
+def test_an_upstreams_thinking_comes_back_as_reasoning_under_either_name():
+    reader = wire.StreamReader()
+    chunks = [
+        {"choices": [{"index": 0, "delta": {"role": "assistant", "reasoning_content": "Let me"}}]},
+        {"choices": [{"index": 0, "delta": {"reasoning": " think."}}]},  # vLLM's newer field name
+        {"choices": [{"index": 0, "delta": {"content": "Paris."}, "finish_reason": "stop"}]},
+        {"choices": [], "usage": {"prompt_tokens": 5, "completion_tokens": 6,
+                                  "completion_tokens_details": {"reasoning_tokens": 4}}},
+    ]
+    events = [e for chunk in chunks for e in reader.feed(chunk)]
+    assert [(e.reasoning, e.text) for e in events] == [("Let me", ""), (" think.", ""), ("", "Paris.")]
+    (done,) = reader.finish(first_ms=1.0, last_ms=2.0)
+    assert (done.reasoning, done.text, done.timings.reasoning_tokens) == ("Let me think.", "Paris.", 4)
+
+
 def test_llama_server_timings_are_taken_when_the_upstream_sends_them():
     reader = wire.StreamReader()
     reader.feed({"choices": [{"index": 0, "text": "a", "finish_reason": "length"}], "usage": {"prompt_tokens": 2},

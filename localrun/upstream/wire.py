@@ -30,6 +30,7 @@ def request_body(request: GenerateRequest, model: str) -> tuple[str, dict[str, A
                 "repeat_penalty": s.repeat_penalty if s.repeat_penalty != 1.0 else None,
                 "repetition_penalty": s.repeat_penalty if s.repeat_penalty != 1.0 else None}
     body.update({k: v for k, v in optional.items() if v is not None})
+    body.update(_thinking(request))
     if request.messages is None:
         body.update(prompt=request.prompt or "", echo=request.echo or None)
         if s.logprobs is not None:
@@ -46,6 +47,15 @@ def request_body(request: GenerateRequest, model: str) -> tuple[str, dict[str, A
     if s.logprobs is not None:
         body.update(logprobs=True, top_logprobs=s.logprobs)
     return "/chat/completions", {k: v for k, v in body.items() if v is not None}
+
+
+def _thinking(request: GenerateRequest) -> dict[str, Any]:
+    """The thinking switch, effort and budget as vLLM, llama-server and localrun read them: the chat
+    template's `enable_thinking`, OpenAI's `reasoning_effort`, llama-server's `reasoning_budget`."""
+    fields: dict[str, Any] = {"reasoning_effort": request.reasoning_effort, "reasoning_budget": request.reasoning_budget}
+    if request.think is not None:
+        fields["chat_template_kwargs"] = {"enable_thinking": request.think}
+    return {k: v for k, v in fields.items() if v is not None}
 
 
 def _message(message: dict[str, Any]) -> dict[str, Any]:
@@ -83,6 +93,7 @@ def sse_data(line: str) -> dict[str, Any] | None:
 @dataclass(slots=True)
 class _Choice:
     text: list[str] = field(default_factory=list)
+    reasoning: list[str] = field(default_factory=list)
     calls: dict[int, dict[str, str]] = field(default_factory=dict)
     finish_reason: str | None = None
     stop_sequence: str | None = None
@@ -111,13 +122,16 @@ class StreamReader:
             choice = self.choices.setdefault(index, _Choice())
             delta = item.get("delta") if isinstance(item.get("delta"), dict) else {}
             text = delta.get("content") if "delta" in item else item.get("text")
+            thought = delta.get("reasoning_content") or delta.get("reasoning")  # vLLM's newer name
+            thought = thought if isinstance(thought, str) else ""
             for call in delta.get("tool_calls") or []:
                 _merge_call(choice.calls, call)
             logprobs = _logprobs(item.get("logprobs"))
-            if text or logprobs:
+            if text or thought or logprobs:
                 choice.text.append(text or "")
+                choice.reasoning.append(thought)
                 choice.chunks += 1
-                events.append(Delta(index, text or "", logprobs))
+                events.append(Delta(index, text or "", logprobs, thought))
             if item.get("finish_reason"):
                 choice.finish_reason = item["finish_reason"]
                 stop = item.get("stop_reason")
@@ -132,12 +146,13 @@ class StreamReader:
                      for i, c in sorted(choice.calls.items())]
             reason = "tool_calls" if calls else FINISH.get(choice.finish_reason or "stop", "stop")
             done.append(Done(index, reason, self._timings(choice, first_ms, last_ms), "".join(choice.text), calls,
-                             choice.stop_sequence))
+                             choice.stop_sequence, reasoning="".join(choice.reasoning)))
         return done
 
     def _timings(self, choice: _Choice, first_ms: float, last_ms: float) -> Timings:
         u, t = self.usage, self.timings
         details = u.get("prompt_tokens_details") if isinstance(u.get("prompt_tokens_details"), dict) else {}
+        answer = u.get("completion_tokens_details") if isinstance(u.get("completion_tokens_details"), dict) else {}
         single = len(self.choices) <= 1
         return Timings(
             prompt_tokens=int(u.get("prompt_tokens") or 0),
@@ -145,6 +160,7 @@ class StreamReader:
             prompt_ms=float(t.get("prompt_ms") or first_ms),
             generated_tokens=int(u.get("completion_tokens") or 0) if single and u else choice.chunks,
             generation_ms=float(t.get("predicted_ms") or max(0.0, last_ms - first_ms)),
+            reasoning_tokens=int(answer.get("reasoning_tokens") or 0) if single else 0,
         )
 
 
