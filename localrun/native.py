@@ -27,6 +27,7 @@ class GenerateRequest:
     template: str | None = None  # chat: a Jinja chat template to use instead of the model's own (Modelfile TEMPLATE)
     tools: list[dict[str, Any]] | None = None  # [{"name", "description", "parameters": JSON schema}]
     tool_choice: str | dict[str, Any] | None = None  # "none" | "auto" | "required" | {"name": ...}
+    parallel_tool_calls: bool = True  # False: a choice reports its first tool call only
     json_schema: dict[str, Any] | None = None  # the output must validate against it
     json_mode: bool = False  # the output must be one JSON value
     sampling: SamplingParams = field(default_factory=SamplingParams)

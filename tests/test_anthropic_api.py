@@ -22,7 +22,7 @@ import pytest
 from localrun.native import Delta, Done, Started, Timings
 from localrun.server.anthropic.stream import KEEP_ALIVE, message_events, with_pings
 from localrun.server.anthropic.translate import model_page, system_text, tools
-from tests.tool_fixtures import ADD, WEATHER
+from tests.tool_fixtures import ADD, CITY_WEATHER, WEATHER, as_anthropic, two_shot
 
 MODEL = "smollm2"
 GREEDY = {"extra_body": {"temperature": 0}}
@@ -158,6 +158,17 @@ def test_named_tool_choice_is_honoured(client):
     [use] = message.content
     assert use.name == "add"
     jsonschema.validate(use.input, ADD["parameters"])
+
+
+def test_disable_parallel_tool_use_reports_the_first_call_only(client):
+    request = dict(model=MODEL, max_tokens=80, tools=[anthropic_tool(CITY_WEATHER)], **GREEDY,
+                   messages=as_anthropic(two_shot("Weather in Berlin and in Madrid?", calls=2)))
+    both = client.messages.create(**request)
+    assert [(b.type, b.input) for b in both.content] == \
+        [("tool_use", {"city": "Berlin"}), ("tool_use", {"city": "Madrid"})]
+    one = client.messages.create(**request, tool_choice={"type": "auto", "disable_parallel_tool_use": True})
+    assert [(b.type, b.input) for b in one.content] == [("tool_use", {"city": "Berlin"})]
+    assert one.stop_reason == "tool_use"
 
 
 def test_server_tools_and_deferred_tools_stay_out_of_the_prompt():

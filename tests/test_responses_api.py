@@ -12,11 +12,11 @@ import jsonschema
 import openai
 import pytest
 
-from localrun.native import Done, Timings, ToolCall
+from localrun.native import Done, Timings
 from localrun.server.responses import translate as t
 from tests.test_anthropic_api import _runner_pid
 from tests.test_openapi_conformance import conforms
-from tests.tool_fixtures import ADD, CITY_WEATHER
+from tests.tool_fixtures import ADD, CITY_WEATHER, as_responses, two_shot
 
 MODEL = "smollm2"
 GREEDY = {"temperature": 0, "max_output_tokens": 12}
@@ -29,18 +29,6 @@ def client(daemon):
 
 def function(tool: dict) -> dict:
     return {"type": "function", "strict": False, **tool}
-
-
-def two_shot(question: str) -> list[dict]:
-    """Responses-shaped history: two weather questions answered through get_weather, then `question`."""
-    items: list[dict] = []
-    for i, (city, result) in enumerate((("Paris", "18 C"), ("London", "12 C"))):
-        items += [{"role": "user", "content": f"Weather in {city}?"},
-                  {"type": "function_call", "call_id": f"call_{i}", "name": "get_weather",
-                   "arguments": json.dumps({"city": city})},
-                  {"type": "function_call_output", "call_id": f"call_{i}", "output": result},
-                  {"role": "assistant", "content": [{"type": "output_text", "text": f"It is {result} in {city}."}]}]
-    return items + [{"role": "user", "content": question}]
 
 
 def test_an_answer_equals_the_chat_completion_of_the_same_conversation(client):
@@ -108,7 +96,8 @@ def test_store_false_keeps_nothing(client):
 def test_a_tool_round_trip_through_items_and_previous_response_id(client):
     tools = [function(CITY_WEATHER), {"type": "web_search"}, {"type": "local_shell"},
              {"type": "custom", "name": "apply_patch"}]  # only the function is offered to the model
-    first = client.responses.create(model=MODEL, input=two_shot("Weather in Rome?"), tools=tools, temperature=0,
+    first = client.responses.create(model=MODEL, input=as_responses(two_shot("Weather in Rome?")), tools=tools,
+                                    temperature=0,
                                     max_output_tokens=60)
     [call] = first.output
     assert (call.type, call.name, json.loads(call.arguments)) == ("function_call", "get_weather", {"city": "Rome"})
@@ -198,11 +187,13 @@ def test_input_items_become_the_native_conversation():
         [("c1", "get_weather", "3 C"), ("c2", "get_weather", "20 C")]
 
 
-def test_parallel_calls_off_reports_the_first_call_only():
-    calls = [ToolCall("call_a", "add", {"a": 1}), ToolCall("call_b", "add", {"a": 2})]
-    done = Done(0, "tool_calls", Timings(), tool_calls=calls)
-    assert [item["call_id"] for item in t.output(done, parallel=True)] == ["call_a", "call_b"]
-    assert [item["call_id"] for item in t.output(done, parallel=False)] == ["call_a"]
+def test_parallel_calls_off_reports_the_first_call_only(client):
+    request = dict(model=MODEL, input=as_responses(two_shot("Weather in Berlin and in Madrid?", calls=2)),
+                   tools=[function(CITY_WEATHER)], temperature=0, max_output_tokens=80)
+    both = client.responses.create(**request)
+    assert [json.loads(item.arguments) for item in both.output] == [{"city": "Berlin"}, {"city": "Madrid"}]
+    one = client.responses.create(**request, parallel_tool_calls=False)
+    assert [json.loads(item.arguments) for item in one.output] == [{"city": "Berlin"}]
 
 
 def test_a_crash_mid_stream_ends_with_error_and_response_failed(client, daemon):
@@ -222,10 +213,10 @@ def test_a_crash_mid_stream_ends_with_error_and_response_failed(client, daemon):
 
 
 def test_a_thought_is_the_first_item_and_goes_back_as_the_assistants_reasoning():
-    items = t.output(Done(0, "stop", Timings(), text="Paris.", reasoning="Easy."), parallel=True)
+    items = t.output(Done(0, "stop", Timings(), text="Paris.", reasoning="Easy."))
     assert [(item["type"], item["status"]) for item in items] == [("reasoning", "completed"), ("message", "completed")]
     assert items[0]["content"] == [{"type": "reasoning_text", "text": "Easy."}] and items[0]["summary"] == []
     chat = t.conversation(None, [{"role": "user", "content": "Capital?"}, *items])
     assert (chat[-1]["content"], chat[-1]["reasoning_content"]) == ("Paris.", "Easy.")
-    cut = t.output(Done(0, "length", Timings(), reasoning="Hmm"), parallel=True)
+    cut = t.output(Done(0, "length", Timings(), reasoning="Hmm"))
     assert [(item["type"], item["status"]) for item in cut] == [("reasoning", "incomplete")]

@@ -253,6 +253,19 @@ def test_auto_choice_calls_after_examples_and_streams_no_raw_call(client):
     assert chunks[-1].choices[0].finish_reason == "tool_calls"
 
 
+def test_parallel_calls_are_all_reported_unless_the_request_turns_them_off(client):
+    request = dict(model=MODEL, messages=two_shot("Weather in Berlin and in Madrid?", calls=2),
+                   tools=[openai_tool(CITY_WEATHER)], temperature=0, max_tokens=80)
+    both = client.chat.completions.create(**request).choices[0].message.tool_calls
+    assert [json.loads(c.function.arguments) for c in both] == [{"city": "Berlin"}, {"city": "Madrid"}]
+    one = client.chat.completions.create(**request, parallel_tool_calls=False).choices[0]
+    assert [json.loads(c.function.arguments) for c in one.message.tool_calls] == [{"city": "Berlin"}]
+    assert one.finish_reason == "tool_calls"
+    chunks = list(client.chat.completions.create(**request, parallel_tool_calls=False, stream=True))
+    named = [d for c in chunks if c.choices for d in c.choices[0].delta.tool_calls or [] if d.function.name]
+    assert [(d.index, d.function.name) for d in named] == [(0, "get_weather")]
+
+
 def test_a_call_the_model_starts_under_auto_is_held_to_the_schema(client):
     """The history calls get_weather with any city; here the tool takes only three. Left free, the model
     copies its examples and calls it for Rome, a call the schema refuses; the lazy grammar, awake from

@@ -4,6 +4,7 @@ replica choice; and `localrun backend add/list/rm` editing the file through the 
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 import pytest
 
@@ -88,7 +89,8 @@ def test_a_chat_request_becomes_an_openai_body_with_tools_and_json_arguments():
     assert body["messages"][0]["tool_calls"][0]["function"]["arguments"] == '{"a": 1}'
     assert body["tool_choice"] == {"type": "function", "function": {"name": "add"}}
     assert (body["temperature"], body["max_tokens"], body["stop"], body["seed"]) == (0, 5, ["\n"], 1)
-    assert "repeat_penalty" not in body and "n" not in body
+    assert "repeat_penalty" not in body and "n" not in body and "parallel_tool_calls" not in body
+    assert wire.request_body(replace(request, parallel_tool_calls=False), "up-id")[1]["parallel_tool_calls"] is False
 
 
 def test_a_prompt_becomes_a_completions_body():
@@ -121,7 +123,7 @@ def test_a_stream_gives_deltas_as_they_come_and_one_done_with_usage_and_tool_cal
     (True, "high", 64, {"chat_template_kwargs": {"enable_thinking": True}, "reasoning_effort": "high",
                         "reasoning_budget": 64}),
 ])
-def test_the_thinking_switch_effort_and_budget_go_upstream_as_vllm_and_llama_server_read_them(think, effort, budget, sent):
+def test_thinking_switch_effort_and_budget_go_upstream_as_vllm_and_llama_server_read_them(think, effort, budget, sent):
     request = GenerateRequest(model="m", messages=[{"role": "user", "content": "hi"}], think=think,
                               reasoning_effort=effort, reasoning_budget=budget)
     _, body = wire.request_body(request, "m")

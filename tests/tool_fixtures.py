@@ -45,16 +45,25 @@ def openai_tool(tool: dict) -> dict:
     return {"type": "function", "function": tool}
 
 
-def two_shot(question: str) -> list[dict]:
-    """OpenAI-shaped history: two weather questions answered through get_weather, then `question`."""
+SHOTS = ((("Paris", "18 C"), ("Rome", "21 C")), (("London", "12 C"), ("Oslo", "5 C")))
+
+
+def two_shot(question: str, calls: int = 1) -> list[dict]:
+    """OpenAI-shaped history: two weather questions answered through get_weather, then `question`. With
+    `calls=2` each of them names two cities, answered by two calls in one turn: after it SmolLM2 calls in
+    parallel too."""
     messages: list[dict] = []
-    for i, (city, result) in enumerate((("Paris", "18 C"), ("London", "12 C"))):
-        call = {"id": f"call_{i}", "type": "function",
-                "function": {"name": "get_weather", "arguments": f'{{"city": "{city}"}}'}}
-        messages += [{"role": "user", "content": f"Weather in {city}?"},
-                     {"role": "assistant", "content": None, "tool_calls": [call]},
-                     {"role": "tool", "tool_call_id": f"call_{i}", "content": result},
-                     {"role": "assistant", "content": f"It is {result} in {city}."}]
+    for i, shot in enumerate(SHOTS):
+        asked = shot[:calls]
+        ids = [f"call_{i}"] + [f"call_{i}_{j}" for j in range(1, calls)]
+        made = [{"id": id_, "type": "function", "function": {"name": "get_weather", "arguments": f'{{"city": "{city}"}}'}}
+                for id_, (city, _) in zip(ids, asked)]
+        said = " and ".join(f"{result} in {city}" for city, result in asked)
+        messages += [
+            {"role": "user", "content": "Weather in " + " and in ".join(city for city, _ in asked) + "?"},
+            {"role": "assistant", "content": None, "tool_calls": made},
+            *[{"role": "tool", "tool_call_id": id_, "content": result} for id_, (_, result) in zip(ids, asked)],
+            {"role": "assistant", "content": f"It is {said}."}]
     return messages + [{"role": "user", "content": question}]
 
 
@@ -69,3 +78,40 @@ def as_ollama(messages: list[dict]) -> list[dict]:
         return out
 
     return [convert(m) for m in messages]
+
+
+def as_anthropic(messages: list[dict]) -> list[dict]:
+    """OpenAI-shaped messages as Anthropic writes them: calls as tool_use blocks, the results of one turn
+    as one user message of tool_result blocks."""
+    out: list[dict] = []
+    for message in messages:
+        if message["role"] == "tool":
+            block = {"type": "tool_result", "tool_use_id": message["tool_call_id"], "content": message["content"]}
+            if out[-1]["role"] == "user" and isinstance(out[-1]["content"], list):
+                out[-1]["content"].append(block)
+            else:
+                out.append({"role": "user", "content": [block]})
+        elif message.get("tool_calls"):
+            out.append({"role": "assistant", "content": [
+                {"type": "tool_use", "id": c["id"], "name": c["function"]["name"],
+                 "input": json.loads(c["function"]["arguments"])} for c in message["tool_calls"]]})
+        else:
+            out.append({"role": message["role"], "content": message["content"]})
+    return out
+
+
+def as_responses(messages: list[dict]) -> list[dict]:
+    """OpenAI chat messages as Responses API input items: calls and their results as items of their own."""
+    items: list[dict] = []
+    for message in messages:
+        if message["role"] == "tool":
+            items.append({"type": "function_call_output", "call_id": message["tool_call_id"],
+                          "output": message["content"]})
+        elif message.get("tool_calls"):
+            items += [{"type": "function_call", "call_id": c["id"], "name": c["function"]["name"],
+                       "arguments": c["function"]["arguments"]} for c in message["tool_calls"]]
+        elif message["role"] == "assistant":
+            items.append({"role": "assistant", "content": [{"type": "output_text", "text": message["content"]}]})
+        else:
+            items.append({"role": message["role"], "content": message["content"]})
+    return items

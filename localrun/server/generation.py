@@ -60,7 +60,8 @@ async def start(manager: ModelManager, request: GenerateRequest,
         raise
     observer = Observer(loaded.model.name, started, accepted["prompt_tokens"])
     access_log.note(prompt_tokens=accepted["prompt_tokens"])
-    return Generation(accepted["prompt_tokens"], functools.partial(_events, stack, stream, load_ms, observer))
+    events = functools.partial(_events, stack, stream, load_ms, observer, request.parallel_tool_calls)
+    return Generation(accepted["prompt_tokens"], events)
 
 
 async def _accepted(stream: AsyncIterator[dict[str, Any]], loaded: Loaded) -> dict[str, Any]:
@@ -71,8 +72,8 @@ async def _accepted(stream: AsyncIterator[dict[str, Any]], loaded: Loaded) -> di
         raise ContextOverflow(f"{e.message}: {how_to_raise(loaded.model, loaded.options.ctx_size)}") from None
 
 
-async def _events(stack: contextlib.AsyncExitStack, stream: AsyncIterator[dict[str, Any]],
-                  load_ms: float, observer: Observer, started: bool) -> AsyncIterator[Event | Started]:
+async def _events(stack: contextlib.AsyncExitStack, stream: AsyncIterator[dict[str, Any]], load_ms: float,
+                  observer: Observer, parallel_calls: bool, started: bool) -> AsyncIterator[Event | Started]:
     async with stack:
         async for message in stream:
             event = decode_event(message)
@@ -82,6 +83,8 @@ async def _events(stack: contextlib.AsyncExitStack, stream: AsyncIterator[dict[s
                 continue
             if isinstance(event, Done):
                 event.timings.load_ms = load_ms
+                if not parallel_calls:  # one place for local runners and upstreams alike
+                    del event.tool_calls[1:]
             observer.see(event)  # the one place tokens, TTFT and speed are counted, for every dialect
             if isinstance(event, Done):
                 access_log.note(generated_tokens=event.timings.generated_tokens)

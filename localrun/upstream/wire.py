@@ -40,6 +40,8 @@ def request_body(request: GenerateRequest, model: str) -> tuple[str, dict[str, A
     if request.tools:
         body["tools"] = [{"type": "function", "function": tool} for tool in request.tools]
         body["tool_choice"] = _tool_choice(request.tool_choice)
+        if not request.parallel_tool_calls:
+            body["parallel_tool_calls"] = False
     if request.json_schema is not None:
         body["response_format"] = {"type": "json_schema", "json_schema": {"name": "output", "schema": request.json_schema}}
     elif request.json_mode:
@@ -52,7 +54,8 @@ def request_body(request: GenerateRequest, model: str) -> tuple[str, dict[str, A
 def _thinking(request: GenerateRequest) -> dict[str, Any]:
     """The thinking switch, effort and budget as vLLM, llama-server and localrun read them: the chat
     template's `enable_thinking`, OpenAI's `reasoning_effort`, llama-server's `reasoning_budget`."""
-    fields: dict[str, Any] = {"reasoning_effort": request.reasoning_effort, "reasoning_budget": request.reasoning_budget}
+    fields: dict[str, Any] = {"reasoning_effort": request.reasoning_effort,
+                              "reasoning_budget": request.reasoning_budget}
     if request.think is not None:
         fields["chat_template_kwargs"] = {"enable_thinking": request.think}
     return {k: v for k, v in fields.items() if v is not None}

@@ -29,6 +29,7 @@ def generate_request(body: MessagesRequest) -> GenerateRequest:
     think, budget = thinking(body.thinking)
     return GenerateRequest(model=body.model, messages=conversation(body), tools=tools(body.tools),
                            tool_choice=tool_choice(body.tool_choice), json_schema=output_schema(body),
+                           parallel_tool_calls=not (body.tool_choice and body.tool_choice.disable_parallel_tool_use),
                            sampling=params, num_ctx=body.num_ctx, keep_alive=body.keep_alive,
                            think=think, reasoning_budget=budget)
 

@@ -54,6 +54,7 @@ class ChatCompletionRequest(SamplingFields):
     response_format: ResponseFormat | None = None
     tools: list[dict[str, Any]] | None = None
     tool_choice: Literal["none", "auto", "required"] | dict[str, Any] | None = None
+    parallel_tool_calls: bool = True
     reasoning_effort: str | None = None  # none | minimal | low | medium | high
     # extensions: llama-server's template variables (enable_thinking, reasoning_effort are honoured)
     chat_template_kwargs: dict[str, Any] | None = None

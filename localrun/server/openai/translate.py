@@ -37,7 +37,7 @@ def chat_request(body: ChatCompletionRequest) -> GenerateRequest:
         sampling=sampling(body, max_tokens, (body.top_logprobs or 0) if body.logprobs else None),
         n=body.n, num_ctx=body.num_ctx, keep_alive=body.keep_alive,
         tools=[tool_definition(t) for t in body.tools] if body.tools else None, tool_choice=_tool_choice(body.tool_choice),
-        reasoning_budget=body.reasoning_budget,
+        parallel_tool_calls=body.parallel_tool_calls, reasoning_budget=body.reasoning_budget,
     )
     request.think, request.reasoning_effort = _thinking(body)
     fmt = body.response_format

@@ -42,10 +42,10 @@ async def create(body: ResponsesRequest, request: Request,
     if body.stream:
         gen = await generation.start(manager, native)
         emit = EventWriter(resp)
-        return event_stream(response_events(gen, emit, body.parallel_tool_calls, keep), emit.failed)
+        return event_stream(response_events(gen, emit, keep), emit.failed)
     result = await unless_hung_up(request, generation.collect(manager, native))
     done = result.choices[0]
-    keep(t.finish(resp, t.output(done, body.parallel_tool_calls), done))
+    keep(t.finish(resp, t.output(done), done))
     return resp
 
 

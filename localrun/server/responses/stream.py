@@ -49,7 +49,7 @@ class EventWriter:
                 + self("response.failed", response=t.fail(self.response, error.status, error.message)))
 
 
-async def response_events(gen: generation.Generation, emit: EventWriter, parallel: bool,
+async def response_events(gen: generation.Generation, emit: EventWriter,
                           on_done: Callable[[dict[str, Any]], None]) -> AsyncIterator[str]:
     resp = emit.response
     yield emit("response.created", response=resp)
@@ -60,7 +60,7 @@ async def response_events(gen: generation.Generation, emit: EventWriter, paralle
             for chunk in output.add("reasoning", event.reasoning) + output.add("message", event.text):
                 yield chunk
             continue
-        found = t.calls(event, parallel)
+        found = event.tool_calls
         empty = [] if output.open or output.items or found else output.open_as("message")  # nothing at all
         for chunk in empty + output.close(t.item_status(event)):
             yield chunk

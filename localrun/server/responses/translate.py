@@ -50,6 +50,7 @@ def generate_request(body: ResponsesRequest, items: list[dict[str, Any]]) -> Gen
     functions = tools(body.tools)
     request = GenerateRequest(model=body.model, messages=conversation(body.instructions, items), tools=functions,
                               tool_choice=tool_choice(body.tool_choice) if functions else None,
+                              parallel_tool_calls=body.parallel_tool_calls,
                               sampling=params, num_ctx=body.num_ctx, keep_alive=body.keep_alive,
                               reasoning_budget=body.reasoning_budget)
     request.think, request.reasoning_effort = effort_switch(body.reasoning)
@@ -189,15 +190,10 @@ def call_item(item_id: str, call: Any, status: str) -> dict[str, Any]:
             "arguments": arguments}
 
 
-def calls(done: Done, parallel: bool) -> list[Any]:
-    """The calls a response reports: only the first when the request forbade parallel calls."""
-    return done.tool_calls if parallel else done.tool_calls[:1]
-
-
-def output(done: Done, parallel: bool) -> list[dict[str, Any]]:
+def output(done: Done) -> list[dict[str, Any]]:
     """The reasoning, the message, the calls, in the order they were generated. The last item is
     incomplete when the answer was cut; an answer with nothing at all is an empty message."""
-    found = calls(done, parallel)
+    found = done.tool_calls
     items = []
     if done.reasoning:
         last = not (done.text or found)
