@@ -145,6 +145,8 @@ def test_auto_choice_gets_a_lazy_grammar_woken_by_each_forms_call_marker():
     generic = lazy_call_grammar([ADD], "auto", (HERMES, HERMES), (HERMES_OPEN,))
     assert generic is not None and generic[1] == ["<tool_call>"]
     assert generic[0].startswith('root ::= one ([ \\n]* one)*\none ::= "<tool_call>\\n{\\"name\\": \\"" (call0-0)')
+    single = lazy_call_grammar([ADD], "auto", (HERMES,), (HERMES_OPEN,), several=False)  # parallel calls off
+    assert single is not None and single[0].startswith('root ::= "<tool_call>\\n{\\"name\\": \\"" (call0-0)')
     grammar, triggers = lazy_call_grammar([ADD], None, (QWEN3_CODER, HERMES), ("<tool_call>", "<function="))
     assert triggers == ["<tool_call>"] and 'one ::= ("<tool_call>\\n<function=" (call0-0)' in grammar
     assert '| ("<tool_call>\\n{\\"name\\": \\"" (call1-0)' in grammar
@@ -256,11 +258,14 @@ def test_auto_choice_calls_after_examples_and_streams_no_raw_call(client):
 def test_parallel_calls_are_all_reported_unless_the_request_turns_them_off(client):
     request = dict(model=MODEL, messages=two_shot("Weather in Berlin and in Madrid?", calls=2),
                    tools=[openai_tool(CITY_WEATHER)], temperature=0, max_tokens=80)
-    both = client.chat.completions.create(**request).choices[0].message.tool_calls
-    assert [json.loads(c.function.arguments) for c in both] == [{"city": "Berlin"}, {"city": "Madrid"}]
-    one = client.chat.completions.create(**request, parallel_tool_calls=False).choices[0]
-    assert [json.loads(c.function.arguments) for c in one.message.tool_calls] == [{"city": "Berlin"}]
-    assert one.finish_reason == "tool_calls"
+    both = client.chat.completions.create(**request)
+    assert [json.loads(c.function.arguments) for c in both.choices[0].message.tool_calls] == \
+        [{"city": "Berlin"}, {"city": "Madrid"}]
+    one = client.chat.completions.create(**request, parallel_tool_calls=False)
+    assert [json.loads(c.function.arguments) for c in one.choices[0].message.tool_calls] == [{"city": "Berlin"}]
+    assert one.choices[0].finish_reason == "tool_calls"
+    # the lazy grammar ends the answer after one call, as llama-server's does: no second call is written
+    assert one.usage.completion_tokens < both.usage.completion_tokens
     chunks = list(client.chat.completions.create(**request, parallel_tool_calls=False, stream=True))
     named = [d for c in chunks if c.choices for d in c.choices[0].delta.tool_calls or [] if d.function.name]
     assert [(d.index, d.function.name) for d in named] == [(0, "get_weather")]

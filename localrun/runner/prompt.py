@@ -93,7 +93,8 @@ def build_grammar(request: GenerateRequest, family: Family = GENERIC, prompt: st
     if request.sampling.grammar is not None or request.messages is None:
         return None
     lazy = lazy_call_grammar(active_tools(request.tools, request.tool_choice), request.tool_choice,
-                             family.call_formats, family.call_starts, family.think, family.opens_thought(prompt))
+                             family.call_formats, family.call_starts, family.think, family.opens_thought(prompt),
+                             several=request.parallel_tool_calls)
     return lazy if lazy is not None and len(lazy[0]) <= MAX_GRAMMAR_CHARS else None
 
 

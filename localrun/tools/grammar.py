@@ -51,11 +51,12 @@ def tool_call_grammar(tools: list[dict[str, Any]] | None, choice: Any, form: Cal
 
 def lazy_call_grammar(tools: list[dict[str, Any]] | None, choice: Any, forms: tuple[CallFormat, ...],
                       markers: tuple[str, ...], think: tuple[str, str] | None = None,
-                      in_thought: bool = False) -> tuple[str, list[str]] | None:
+                      in_thought: bool = False, several: bool = True) -> tuple[str, list[str]] | None:
     """For tool_choice auto: (GBNF for valid calls in any of `forms`, the regex patterns that wake it),
     a grammar llama.cpp keeps asleep until the text matches a pattern, as llama-server does. The model
     answers freely; once it starts a call, its calls are held to the tools' schemas, so a small model's
-    call closes instead of repeating a key until max_tokens; no text may follow the calls. A form is
+    call closes instead of repeating a key until max_tokens; no text may follow the calls, and no second
+    call unless `several` (a request that turned parallel calls off ends after one). A form is
     woken by the call marker it starts with, else by its whole opening, and only outside a thought
     (`think`: the family's markers; `in_thought`: the prompt leaves one open), so a call a model drafts
     while thinking does not wake it. A bare JSON object (Llama 3's) is left free, since its opening
@@ -68,7 +69,7 @@ def lazy_call_grammar(tools: list[dict[str, Any]] | None, choice: Any, forms: tu
         return None
     triggers = dict.fromkeys(next((m for m in markers if form.before.startswith(m)), form.before) for form in forms)
     try:
-        grammar = _calls(forms, tools, several=True)
+        grammar = _calls(forms, tools, several)
     except InvalidRequest:
         return None
     return grammar, [_wake_pattern(trigger, think, in_thought) for trigger in triggers]
