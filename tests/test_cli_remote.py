@@ -196,6 +196,22 @@ def test_model_commands_on_a_server_without_the_ollama_api_fail_in_one_line(args
                              f"localrun)\n")
 
 
+def test_list_on_a_server_without_the_ollama_api_names_the_models_of_its_v1_models():
+    """vLLM and llama-server have no store to describe, but they list what they serve: `list` shows those
+    names (llama-server's answer, as its /v1/models writes it), and nothing it cannot know."""
+    listing = {"object": "list", "data": [{"id": "qwen2.5-7b-instruct-q4_k_m.gguf", "object": "model",
+                                           "created": 1764720000, "owned_by": "llamacpp"}]}
+    with FileServer() as other:
+        other.add("/v1/models", json.dumps(listing).encode())
+        table = run_cli("list", "--host", other.base_url)
+        as_json = run_cli("list", "--json", "--host", other.base_url)
+    assert table.returncode == 0 and table.stderr == ""
+    header, row = table.stdout.splitlines()
+    assert header.split() == ["NAME", "ID", "SIZE", "QUANT", "PARAMS", "MODIFIED"]
+    assert row.split() == ["qwen2.5-7b-instruct-q4_k_m.gguf", "-", "-", "-", "-", "-"]
+    assert json.loads(as_json.stdout) == [{"name": "qwen2.5-7b-instruct-q4_k_m.gguf", "host": other.base_url}]
+
+
 def test_localrun_host_on_a_loopback_port_taken_by_another_program_still_means_this_homes_store(tmp_path):
     """Without --host, a loopback address where something that is not localrun listens stays this home's
     (`run` then says the port is taken): the model commands keep using this home's store there."""

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Protocol, TypeVar
 
 from localrun.cli.format import first_line, human_size
+from localrun.errors import AuthError, DaemonUnavailable, LocalrunError, Overloaded, UsageError
 
 if TYPE_CHECKING:
     from localrun.api_types import ListedModel, ShowResponse
@@ -156,7 +157,25 @@ class ServerStore:
         self.where = address.base_url
 
     def list(self) -> list[Listed]:
-        return [self._listed(tag) for tag in self._ask(lambda client: client.tags())]
+        """The server's /api/tags; from a server without the Ollama API (vLLM, llama-server), the names
+        its /v1/models lists, with nothing else known."""
+        try:
+            return [self._listed(tag) for tag in self._ask(lambda client: client.tags())]
+        except NoOllamaApi:
+            names = self._openai_names()
+            if names is None:
+                raise
+            return [Listed(name, json={"name": name, "host": self.where}) for name in names]
+
+    def _openai_names(self) -> list[str] | None:
+        """The models an OpenAI-style server lists at /v1/models; None when it has no such list."""
+        from localrun.client import Client
+
+        with Client.from_host(self.where) as client:
+            try:
+                return client.models()
+            except LocalrunError:
+                return None
 
     def _listed(self, tag: ListedModel) -> Listed:
         digest = f"sha256:{tag.digest}" if tag.digest else ""
@@ -167,8 +186,6 @@ class ServerStore:
                       tag.modified, tag.remote_host or "", json)
 
     def show(self, model: str) -> Shown:
-        from localrun.errors import LocalrunError
-
         def ask(client: Client) -> tuple[ShowResponse, ListedModel | None]:
             shown = client.show(model)
             try:  # size and digest are in /api/tags only
@@ -199,7 +216,6 @@ class ServerStore:
 
     def pull(self, model: str, link: bool, progress: Progress | None) -> Made:
         from localrun.cli import targets
-        from localrun.errors import UsageError
 
         if link:
             raise UsageError("--link works with this home's store only, not with a server's (--host)")
@@ -223,7 +239,6 @@ class ServerStore:
         """`call(client)` on the server. When it fails and the server does not speak the Ollama API at all
         (vLLM, llama-server: 404 on /api/version too), one error line says so instead."""
         from localrun.client import Client
-        from localrun.errors import AuthError, DaemonUnavailable, LocalrunError, Overloaded
 
         with Client.from_host(self.where) as client:
             try:
@@ -233,13 +248,15 @@ class ServerStore:
             except LocalrunError:
                 if _speaks_ollama(client):
                     raise  # the server's own answer: a model it lacks, a bad name
-        raise LocalrunError(f"{self.where} does not speak the Ollama API (no /api/version): `localrun "
-                            f"{self.command}` on a server needs one with a store of its own (Ollama or localrun)")
+        raise NoOllamaApi(f"{self.where} does not speak the Ollama API (no /api/version): `localrun "
+                          f"{self.command}` on a server needs one with a store of its own (Ollama or localrun)")
+
+
+class NoOllamaApi(LocalrunError):
+    """The server a model command went to has no store of its own to ask."""
 
 
 def _speaks_ollama(client: Client) -> bool:
-    from localrun.errors import LocalrunError
-
     try:
         client.version()
     except LocalrunError:
