@@ -30,13 +30,13 @@ def request_body(request: GenerateRequest, model: str) -> tuple[str, dict[str, A
                 "repeat_penalty": s.repeat_penalty if s.repeat_penalty != 1.0 else None,
                 "repetition_penalty": s.repeat_penalty if s.repeat_penalty != 1.0 else None}
     body.update({k: v for k, v in optional.items() if v is not None})
-    body.update(_thinking(request))
     if request.messages is None:
         body.update(prompt=request.prompt or "", echo=request.echo or None)
         if s.logprobs is not None:
             body["logprobs"] = s.logprobs
         return "/completions", {k: v for k, v in body.items() if v is not None}
     body["messages"] = [_message(m) for m in request.messages]
+    body.update(_thinking(request))
     if request.tools:
         body["tools"] = [{"type": "function", "function": tool} for tool in request.tools]
         body["tool_choice"] = _tool_choice(request.tool_choice)
