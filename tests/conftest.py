@@ -17,10 +17,10 @@ def pytest_configure(config):
     tests need Ctrl-C to work, so the suite's own process takes SIGINT back."""
     if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
         signal.signal(signal.SIGINT, signal.default_int_handler)
-    _cache_bytecode_for_subprocesses()
+    _let_children_write_bytecode()
 
 
-def _cache_bytecode_for_subprocesses() -> None:
+def _let_children_write_bytecode() -> None:
     """With PYTHONDONTWRITEBYTECODE set (some machines set it for every shell), each of the suite's
     ~500 CLIs, daemons and runners would compile localrun's modules from source (an editable install
     has no bytecode until something writes it): the suite's children write it, as Python does by
