@@ -4,6 +4,7 @@ foreground with its pid file and graceful SIGTERM."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -11,6 +12,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 
@@ -170,6 +172,31 @@ def test_busy_port_is_reported_clearly(port):
         assert serve.returncode == 1 and "not a localrun daemon" in serve.stderr
         assert "not a localrun daemon" in status.stdout
     assert not lifecycle.pid_file(port).exists()
+
+
+def test_run_on_a_taken_port_waits_out_one_health_probe_not_two(port):
+    """The probe that found the port taken decides: `run` no longer probes again before saying so (each
+    probe of a program that never answers waits out its whole timeout)."""
+    connections, stop = [], threading.Event()
+    with socket.socket() as squatter:
+        squatter.bind(("127.0.0.1", port))
+        squatter.listen()
+        squatter.settimeout(0.1)
+
+        def count() -> None:
+            while not stop.is_set():
+                with contextlib.suppress(TimeoutError):
+                    connections.append(squatter.accept()[0])
+
+        counter = threading.Thread(target=count)
+        counter.start()
+        done = run_cli("run", "smollm2", "hi")
+        stop.set()
+        counter.join()
+        for connection in connections:
+            connection.close()
+    assert done.returncode == 1 and "not a localrun daemon" in done.stderr
+    assert len(connections) == 1
 
 
 def test_foreground_serve_pid_file_and_sigterm(port):

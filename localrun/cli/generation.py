@@ -71,9 +71,12 @@ def connect(model: str, host: Optional[str]) -> tuple[Client, str]:
     running, or by the server itself when it has a store of its own (see targets.py)."""
     from localrun.cli import daemon, targets
     from localrun.client import Client
+    from localrun.errors import DaemonUnavailable
 
     target = targets.resolve(host)
     if target.local:
+        if target.taken:  # known from the probe just made: no second wait on a program that never answers
+            raise DaemonUnavailable(daemon.busy_message(target.address))
         if not target.up:
             daemon.ensure_running(target.address)  # first: a taken port fails fast, before any download
         return Client.from_host(target.address.base_url), ensure_model(model)

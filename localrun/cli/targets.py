@@ -23,6 +23,7 @@ class Target:
     address: Address
     local: bool  # this home's store holds the models
     up: bool  # a server answers at the address (for a local target: this home's daemon)
+    taken: bool = False  # a local target's port is held by a program that is not a localrun daemon
 
 
 def resolve(host: Optional[str]) -> Target:
@@ -37,7 +38,7 @@ def resolve(host: Optional[str]) -> Target:
     if read_pid(address.port) is not None or state is State.DOWN:
         return Target(address, local=True, up=state is State.UP)
     if state is State.FOREIGN and host is None:
-        return Target(address, local=True, up=False)
+        return Target(address, local=True, up=False, taken=True)
     return Target(address, local=False, up=True)
 
 
