@@ -74,8 +74,7 @@ def give_bundled_model(home: Path) -> None:
 def _pulled_store() -> Path:
     home = Path(tempfile.mkdtemp(prefix="localrun-pulled-"))
     atexit.register(shutil.rmtree, home, ignore_errors=True)
-    subprocess.run([sys.executable, "-m", "localrun", "pull", MODEL, "--quiet"], check=True, capture_output=True,
-                   env={**os.environ, "LOCALRUN_HOME": str(home)}, timeout=120)
+    run_cli("pull", MODEL, "--quiet", env={"LOCALRUN_HOME": str(home)}, timeout=120).check_returncode()
     return home / "models"
 
 
