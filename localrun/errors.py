@@ -5,6 +5,7 @@
     ├── InvalidRequest            a request the API refuses              exit 1, HTTP 400
     │   └── ContextOverflow       prompt longer than the context         HTTP 400
     ├── AuthError                 missing or wrong API key               HTTP 401
+    ├── BodyTimeout               the client stopped sending its body    HTTP 408
     ├── InvalidName               not a valid model reference            HTTP 400
     ├── ModelNotFound             not in the store / catalogue           HTTP 404
     ├── StoreError                the store cannot do it                 HTTP 500
@@ -56,6 +57,10 @@ class ContextOverflow(InvalidRequest):
 
 class AuthError(LocalrunError):
     status = 401
+
+
+class BodyTimeout(LocalrunError):
+    status = 408
 
 
 class InvalidName(LocalrunError):

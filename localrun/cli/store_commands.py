@@ -184,7 +184,7 @@ def create(
         raise UsageError(f"cannot read the Modelfile {file}: {getattr(e, 'strerror', None) or e}") from None
     recipe = parse_modelfile(text)
     store = open_store(host, "create")
-    reporter = PullBar() if sys.stderr.isatty() and not quiet and not store.where else None
+    reporter = PullBar() if sys.stderr.isatty() and not quiet else None  # a server's: hashing, uploading
     folder = Path.cwd() if file == "-" else Path(file).resolve().parent
     try:
         made = store.create(name, recipe, folder, reporter)

@@ -10,13 +10,14 @@ home's models (paths, defaults, the whole GGUF header) than a server tells.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Protocol, TypeVar
 
 from localrun.cli.format import first_line, human_size
-from localrun.errors import AuthError, DaemonUnavailable, LocalrunError, Overloaded, UsageError
+from localrun.errors import AuthError, DaemonUnavailable, LocalrunError, ModelNotFound, Overloaded, UsageError
 
 if TYPE_CHECKING:
     from localrun.api_types import ListedModel, ShowResponse
@@ -230,9 +231,23 @@ class ServerStore:
         return destination
 
     def create(self, name: str, recipe: Modelfile, folder: Path, progress: Progress | None) -> Made:
+        """As `ollama create`: a FROM that is a GGUF file here is uploaded to the server first (unless
+        it has the file already) and named in `files`; any other FROM names a model there."""
+        from localrun.store import parse_reference
+
         given = {k: getattr(recipe, k) for k in ("system", "template", "license") if getattr(recipe, k) is not None}
-        fields = {"from": recipe.base, "parameters": recipe.parameters, "messages": list(recipe.messages), **given}
-        self._ask(lambda client: client.create(name, fields))
+        fields = {"parameters": recipe.parameters, "messages": list(recipe.messages), **given}
+        reference = parse_reference(recipe.base)
+        upload = _Upload.of(folder / Path(reference.path).expanduser(), progress) if reference.kind == "path" else None
+
+        def create(client: Client) -> None:
+            if upload is not None:
+                fields["files"] = upload.send(client)
+            else:
+                fields["from"] = recipe.base
+            client.create(name, fields)
+
+        self._ask(create)
         return Made(name, host=self.where)
 
     def _ask(self, call: Callable[[Client], T]) -> T:
@@ -250,6 +265,49 @@ class ServerStore:
                     raise  # the server's own answer: a model it lacks, a bad name
         raise NoOllamaApi(f"{self.where} does not speak the Ollama API (no /api/version): `localrun "
                           f"{self.command}` on a server needs one with a store of its own (Ollama or localrun)")
+
+
+@dataclass(frozen=True, slots=True)
+class _Upload:
+    """A GGUF file here that `create --host` sends to the server's /api/blobs, named by its sha256."""
+
+    path: Path
+    size: int
+    digest: str
+    emit: Progress
+
+    @classmethod
+    def of(cls, path: Path, progress: Progress | None) -> _Upload:
+        """Hash the file (the upload's URL names its digest); a missing file fails here, before any request."""
+        from localrun.store import PullProgress
+        from localrun.store.digests import hash_file
+
+        emit = progress or (lambda event: None)
+        if not path.is_file():
+            raise ModelNotFound(f"FROM {path}: no such file")
+        try:
+            size = path.stat().st_size
+            digest = hash_file(path, lambda done: emit(PullProgress(f"hashing {path.name[:40]}", "", size, done)))
+        except OSError as e:
+            raise LocalrunError(f"FROM {path}: {e.strerror or e}") from None
+        return cls(path, size, digest, emit)
+
+    def send(self, client: Client) -> dict[str, str]:
+        """Upload the file unless the server has it already; /api/create's `files` for it."""
+        if not client.has_blob(self.digest):
+            client.push_blob(self.digest, self._chunks(), self.size)
+        return {self.path.name: self.digest}
+
+    def _chunks(self) -> Iterator[bytes]:
+        from localrun.store import PullProgress
+        from localrun.store.digests import COPY_CHUNK
+
+        sent = 0
+        with open(self.path, "rb") as f:
+            while chunk := f.read(COPY_CHUNK):
+                sent += len(chunk)
+                self.emit(PullProgress(f"uploading {self.path.name[:40]}", self.digest, self.size, sent))
+                yield chunk
 
 
 class NoOllamaApi(LocalrunError):

@@ -9,7 +9,7 @@ is a `TextStream` that yields text deltas and keeps the final usage and timings.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 import httpx
@@ -108,9 +108,23 @@ class Client:
         self._send("POST", "/api/copy", json={"source": source, "destination": destination})
 
     def create(self, model: str, fields: dict[str, Any]) -> None:
-        """Ollama's `/api/create`: the server makes `model` from the Modelfile's `fields` (from, parameters,
-        system, template, messages, license). Not streamed: it only writes a manifest."""
+        """Ollama's `/api/create`: the server makes `model` from the Modelfile's `fields` (from or files,
+        parameters, system, template, messages, license). Not streamed: it only writes a manifest."""
         self._send("POST", "/api/create", json={**fields, "model": model, "stream": False}, timeout=_GENERATE)
+
+    def has_blob(self, digest: str) -> bool:
+        """Ollama's `HEAD /api/blobs/<digest>`: whether the server has the file with this sha256."""
+        try:
+            self._send("HEAD", f"/api/blobs/{digest}")
+        except ModelNotFound:
+            return False
+        return True
+
+    def push_blob(self, digest: str, chunks: Iterable[bytes], size: int) -> None:
+        """Ollama's `POST /api/blobs/<digest>`: send a file of `size` bytes, which the server verifies
+        against `digest` before it keeps it. No read timeout: a big file takes a while to check."""
+        self._send("POST", f"/api/blobs/{digest}", content=chunks, headers={"Content-Length": str(size)},
+                   timeout=_GENERATE)
 
     def pull(self, model: str) -> Iterator[PullStatus]:
         """Ollama's streamed `/api/pull`: the server fetches `model` into its own store. Yields its progress;

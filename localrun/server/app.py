@@ -49,6 +49,7 @@ def create_app(config: Settings | None = None, store: Any = None, manager: Model
 
     from localrun.server.anthropic.routes import router as anthropic
     from localrun.server.model_list import router as model_list
+    from localrun.server.ollama.blobs import router as blobs
     from localrun.server.ollama.routes import router as ollama
     from localrun.server.openai.routes import router as openai
     from localrun.server.perplexity import router as perplexity
@@ -65,6 +66,7 @@ def create_app(config: Settings | None = None, store: Any = None, manager: Model
     app.include_router(model_list)
     app.include_router(responses)
     app.include_router(ollama)
+    app.include_router(blobs)
     app.include_router(anthropic)
     app.include_router(tokens)
     app.include_router(perplexity)

@@ -115,11 +115,13 @@ def _bad_text(path: tuple[Any, ...], text: str) -> Parsed:
 class BodyLimits:
     """ASGI middleware: every POST body read, bounded, parsed and checked before any route runs."""
 
-    def __init__(self, app: ASGIApp, max_body: int, check: Any = None) -> None:
-        self.app, self.max_body, self.check = app, max_body, check
+    def __init__(self, app: ASGIApp, max_body: int, check: Any = None, streamed: tuple[str, ...] = ()) -> None:
+        """`streamed`: path prefixes whose routes read their bodies themselves (uploads, streamed to disk)."""
+        self.app, self.max_body, self.check, self.streamed = app, max_body, check, streamed
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or scope["method"] in ("GET", "HEAD", "OPTIONS"):
+        if (scope["type"] != "http" or scope["method"] in ("GET", "HEAD", "OPTIONS")
+                or scope["path"].startswith(self.streamed)):
             return await self.app(scope, receive, send)
         declared = dict(scope.get("headers", [])).get(b"content-length", b"0")
         if declared.isdigit() and int(declared) > self.max_body:

@@ -12,7 +12,8 @@ From the outside in (see `install`):
                   every key (401). The page must load without the key so that it can ask for it.
     BodyLimits    the body is read once and parsed once, before any route runs (body.py): size
                   (413), JSON size and nesting, valid Unicode text, and the counts a request may ask
-                  for (messages, inputs, max tokens) (400).
+                  for (messages, inputs, max tokens) (400). Not for model files uploaded to
+                  /api/blobs: that route streams them to disk (server/ollama/blobs.py).
 
 Every refusal is a JSON error in the dialect of the request (server/errors.py).
 """
@@ -34,6 +35,7 @@ from localrun.config import Settings
 from localrun.errors import UsageError
 from localrun.hosts import is_loopback, split_host
 from localrun.server.body import BodyLimits
+from localrun.server.ollama import blobs
 from localrun.server.errors import dialect, error_response
 
 OPEN_PATHS = frozenset({"/health", "/"})
@@ -167,7 +169,7 @@ def install(app: Any, config: Settings) -> None:
     origins = origin_pattern(config.origins)
     # Starlette runs the last added middleware first: add from the inside out.
     limits = Limits.from_config(config)
-    app.add_middleware(BodyLimits, max_body=limits.max_body, check=limits.check)
+    app.add_middleware(BodyLimits, max_body=limits.max_body, check=limits.check, streamed=(blobs.PREFIX,))
     app.add_middleware(KeyGuard, keys=config.api_keys)
     app.add_middleware(CORSMiddleware, allow_origin_regex=origins, allow_methods=["*"], allow_headers=["*"],
                        expose_headers=["Retry-After"], max_age=600)

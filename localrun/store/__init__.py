@@ -14,8 +14,10 @@ from localrun.store.model import Facts, Model, ModelInfo, PullProgress
 from localrun.store.modelfile import Modelfile, modelfile_of, parse_modelfile
 from localrun.store.names import Name, Reference, parse_name, parse_reference
 from localrun.store.store import Store
+from localrun.store.uploads import BlobUpload, blob_digest
 
 __all__ = [
-    "Catalogue", "Entry", "Facts", "Model", "ModelInfo", "Modelfile", "Name", "Policy", "PullProgress", "Reference",
-    "Store", "load_catalogue", "modelfile_of", "parse_modelfile", "parse_name", "parse_reference",
+    "BlobUpload", "Catalogue", "Entry", "Facts", "Model", "ModelInfo", "Modelfile", "Name", "Policy", "PullProgress",
+    "Reference", "Store", "blob_digest", "load_catalogue", "modelfile_of", "parse_modelfile", "parse_name",
+    "parse_reference",
 ]

@@ -15,7 +15,6 @@ reads are 1 MiB instead of 64 KiB (reads.py).
 
 from __future__ import annotations
 
-import shutil
 import socket
 import time
 from collections.abc import Callable
@@ -26,9 +25,10 @@ from urllib.parse import urlsplit
 import httpx
 
 from localrun import config
-from localrun.errors import ChecksumMismatch, DiskFull, DownloadError, NotGGUF, SourceRefused
+from localrun.errors import ChecksumMismatch, DownloadError, NotGGUF, SourceRefused
 from localrun.store.digests import BackgroundHash
 from localrun.store.ggufinfo import HEADER_SIZE, check_header
+from localrun.store.layout import ensure_space
 from localrun.store.reads import widen_reads
 from localrun.store.sources import is_public
 from localrun.store.writeback import WriteBehind
@@ -166,7 +166,7 @@ class Download:
             self._check_status(response)
             self._note_server_facts(response)
             self._keep_validator(response)
-            self._ensure_space(self.total - self.offset)
+            ensure_space(self.partial.parent, self.total - self.offset, self.label)
             widen_reads(response)
             with open(self.partial, "ab") as out:
                 behind = WriteBehind(out.fileno(), self.offset)
@@ -252,12 +252,6 @@ class Download:
             )
         return f"sha256:{got}"
 
-    def _ensure_space(self, needed: int) -> None:
-        free = shutil.disk_usage(self.partial.parent).free
-        if needed > free:
-            raise DiskFull(f"not enough disk space for {self.label}: needs {_mb(needed)}, {_mb(free)} free "
-                           f"in {self.partial.parent}")
-
     def _http_error(self, code: int) -> DownloadError:
         if code == 404:
             return DownloadError(f"{self.url}: not found (HTTP 404)")
@@ -286,10 +280,6 @@ class Download:
     def _content_range_total(response: httpx.Response) -> int:
         total = response.headers.get("content-range", "").rpartition("/")[2]
         return int(total) if total.isdigit() else 0
-
-
-def _mb(n: int) -> str:
-    return f"{n / 1e6:.0f} MB"
 
 
 __all__ = ["Download", "Guard", "Policy"]

@@ -12,14 +12,17 @@ leaves either the old state or the new one; unreferenced blobs are collected by 
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import hashlib
 import os
 import re
+import shutil
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
-from localrun.errors import StoreError
+from localrun.errors import DiskFull, StoreError
 from localrun.store.names import Name
 
 _DIGEST = re.compile(r"sha256:([0-9a-f]{64})")
@@ -101,6 +104,27 @@ def fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
+@contextlib.contextmanager
+def os_errors() -> Iterator[None]:
+    """Turn the OS's refusals into one-line store errors."""
+    try:
+        yield
+    except PermissionError as e:
+        raise StoreError(f"permission denied: {e.filename or e}") from None
+    except OSError as e:
+        if e.errno == errno.ENOSPC:
+            raise DiskFull(f"disk full while writing {e.filename or 'the model'}") from None
+        raise StoreError(f"{e.strerror or e}: {e.filename or ''}".rstrip(": ")) from None
+
+
+def ensure_space(folder: Path, needed: int, label: str) -> None:
+    """Refuse to start writing `needed` bytes into `folder` when the disk has less free."""
+    free = shutil.disk_usage(folder).free
+    if needed > free:
+        raise DiskFull(f"not enough disk space for {label}: needs {needed / 1e6:.0f} MB, {free / 1e6:.0f} MB "
+                       f"free in {folder}")
+
+
 def install_blob(layout: Layout, verified: Path, digest: str) -> Path:
     """Move a verified file into `blobs/` under its digest (durably); an existing blob wins."""
     blob = layout.blob(digest)
@@ -115,4 +139,5 @@ def install_blob(layout: Layout, verified: Path, digest: str) -> Path:
     return blob
 
 
-__all__ = ["Layout", "atomic_write", "digest_key", "fsync_dir", "install_blob", "url_key"]
+__all__ = ["Layout", "atomic_write", "digest_key", "ensure_space", "fsync_dir", "install_blob", "os_errors",
+           "url_key"]

@@ -12,7 +12,6 @@ a blob between the two.
 from __future__ import annotations
 
 import contextlib
-import errno
 import hashlib
 import importlib.util
 import uuid
@@ -22,20 +21,21 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from localrun import config, paths
-from localrun.errors import ChecksumMismatch, DiskFull, LocalrunError, ModelNotFound, StoreError, UsageError
+from localrun.errors import ChecksumMismatch, InvalidRequest, LocalrunError, ModelNotFound, StoreError, UsageError
 from localrun.store import infocache, locks
 from localrun.store.catalogue import Entry, load_catalogue
 from localrun.store.download import Download, Policy
 from localrun.store.ggufinfo import read_info
 from localrun.store.hub import hf_lookup
 from localrun.store.digests import hash_file
-from localrun.store.layout import Layout, digest_key, install_blob, url_key
+from localrun.store.layout import Layout, digest_key, install_blob, os_errors, url_key
 from localrun.store.manifests import (Link, Manifest, iter_manifests, read_manifest, referenced_digests,
                                       remove_manifest, write_manifest)
 from localrun.store.model import Model, ModelInfo, PullProgress
 from localrun.store.modelfile import Modelfile
 from localrun.store.names import Name, Reference, parse_name, parse_reference
 from localrun.store.sources import Remote, catalogue_remote, rewrite_host
+from localrun.store.uploads import BlobUpload, blob_digest
 
 Progress = Callable[[PullProgress], None]
 
@@ -73,7 +73,7 @@ class Store:
             raise UsageError("--link works only with a local file path")
         emit(PullProgress("pulling manifest"))
         name_lock = "name-" + _short_hash(str(self._canonical(reference)))
-        with _os_errors(), self._lock(name_lock, lambda: emit(PullProgress("waiting for another pull of it"))):
+        with os_errors(), self._lock(name_lock, lambda: emit(PullProgress("waiting for another pull of it"))):
             manifest = self._present(reference)
             if manifest is None:
                 manifest = self._fetch(reference, link, emit)
@@ -92,13 +92,29 @@ class Store:
         from. A file from `temp_file()` is verified and moved in; any other file is copied."""
         target = _Target(parse_name(name), source, progress or (lambda event: None), defaults or {}, origin or {})
         path = Path(path)
-        with _os_errors(), self._lock("name-" + _short_hash(str(target.name))):
+        with os_errors(), self._lock("name-" + _short_hash(str(target.name))):
             if path.parent != self.layout.partial:
                 manifest = self._import(path, "", target)
             else:
                 digest = hash_file(path)
                 manifest = self._commit(target, digest, self._validate(path, digest, target), path)
         return self._model(manifest)
+
+    def has_blob(self, digest: str) -> bool:
+        """Whether the file with this digest is in `blobs/` (Ollama's `HEAD /api/blobs/<digest>`)."""
+        return self.layout.blob(blob_digest(digest)).is_file()
+
+    def receive_blob(self, digest: str, size: int = 0) -> BlobUpload:
+        """A writer for a file of `size` bytes (0: not said) a client sends under `digest`; its `finish`
+        verifies it and moves it in. Until a model names it (`create` with `upload`), the next
+        collection (`rm`) may delete it, as Ollama prunes unused layers."""
+        with os_errors():
+            return BlobUpload(self.layout, blob_digest(digest), self._install_upload, size)
+
+    def _install_upload(self, partial: Path, digest: str, info: ModelInfo) -> None:
+        with os_errors(), self._lock("gc"):
+            install_blob(self.layout, partial, digest)
+            infocache.save(self.layout, digest, info)
 
     def check_unused(self, name: str) -> None:
         """Refuse a name that already names a model, before work that would replace it (quantize's
@@ -113,7 +129,7 @@ class Store:
         manifest = self._find(parse_reference(ref))
         if manifest is None:
             raise self._not_pulled(ref, pull_hint=False)
-        with _os_errors(), self._lock("gc"):
+        with os_errors(), self._lock("gc"):
             remove_manifest(self.layout, manifest.name)
             self._collect_garbage()
             return [str(m.name) for m in iter_manifests(self.layout) if m.digest == manifest.digest]
@@ -127,18 +143,19 @@ class Store:
         return self._write_named(replace(manifest, name=parse_name(dst), modified=_now()), force)
 
     def create(self, name: str, modelfile: Modelfile, *, folder: Path | None = None,
-               progress: Progress | None = None) -> Model:
+               upload: tuple[str, str] | None = None, progress: Progress | None = None) -> Model:
         """Make `name` from a Modelfile: its FROM model (pulled when missing) or GGUF file (imported; a
-        relative path is read from `folder`), with the Modelfile's settings over the base's. The new
-        model shares the base's blob; only its manifest is new. As with Ollama, creating a name that
-        exists replaces it: that is how a model's Modelfile is edited."""
+        relative path is read from `folder`), or the `upload` (file name, digest) a client sent to
+        `receive_blob`, with the Modelfile's settings over the base's. The new model shares the base's
+        blob; only its manifest is new. As with Ollama, creating a name that exists replaces it: that
+        is how a model's Modelfile is edited."""
         report = progress or (lambda event: None)
 
         def emit(event: PullProgress) -> None:  # the base's pull reports no success: one, at the end
             if event.status != "success":
                 report(event)
 
-        base = self._base(modelfile.base, name, folder, emit)
+        base = self._uploaded(*upload, name, emit) if upload else self._base(modelfile.base, name, folder, emit)
         made = replace(base, name=parse_name(name), modified=_now(),
                        defaults={**base.defaults, **modelfile.parameters},
                        system=_given(modelfile.system, base.system), template=_given(modelfile.template, base.template),
@@ -162,6 +179,17 @@ class Store:
             raise ModelNotFound(f"FROM {ref}: no such file: {path}")
         return self._manifest_of(self.import_file(path, name, source=f"file:{path}", progress=emit))
 
+    def _uploaded(self, filename: str, digest: str, name: str, emit: Progress) -> Manifest:
+        """The manifest of a file a client uploaded, recorded under `name`."""
+        digest = blob_digest(digest)
+        blob = self.layout.blob(digest)
+        target = _Target(parse_name(name), f"upload:{filename}", emit)
+        with os_errors(), self._lock("name-" + _short_hash(str(target.name))):
+            if not blob.is_file():
+                raise InvalidRequest(f"files: {filename} ({digest}) is not on the server; upload it first "
+                                     f"(POST /api/blobs/{digest})")
+            return self._commit(target, digest, infocache.model_info(self.layout, digest, blob, filename))
+
     def _manifest_of(self, model: Model) -> Manifest:
         manifest = read_manifest(self.layout, parse_name(model.name))
         if manifest is None:
@@ -171,7 +199,7 @@ class Store:
     def _write_named(self, manifest: Manifest, force: bool) -> Model:
         """Write `manifest` under its name, which may already name the same file but another one only
         with `force` (that file is collected when no name uses it any more)."""
-        with _os_errors(), self._lock("gc"):
+        with os_errors(), self._lock("gc"):
             old = read_manifest(self.layout, manifest.name)
             if old is not None and not force and old.digest != manifest.digest:
                 raise _taken(old)
@@ -393,19 +421,6 @@ def _package_file(entry: Entry) -> Path | None:
         return None
     path = Path(next(iter(spec.submodule_search_locations))) / rest
     return path if path.is_file() else None
-
-
-@contextlib.contextmanager
-def _os_errors() -> Iterator[None]:
-    """Turn the OS's refusals into one-line store errors."""
-    try:
-        yield
-    except PermissionError as e:
-        raise StoreError(f"permission denied: {e.filename or e}") from None
-    except OSError as e:
-        if e.errno == errno.ENOSPC:
-            raise DiskFull(f"disk full while writing {e.filename or 'the model'}") from None
-        raise StoreError(f"{e.strerror or e}: {e.filename or ''}".rstrip(": ")) from None
 
 
 def _taken(old: Manifest) -> UsageError:

@@ -115,9 +115,11 @@ class PullRequest(ModelRequest):
 
 class CreateRequest(ModelRequest):
     """/api/create: the fields of a Modelfile as JSON (Ollama 0.5+), or (older clients) its text in
-    `modelfile`. `files`, `adapters` and `quantize` are refused in translate (not supported here)."""
+    `modelfile`; `files` names a GGUF file uploaded to /api/blobs (file name to digest). `adapters`
+    and `quantize` are refused in translate (not supported here)."""
 
     from_: str | None = Field(None, alias="from")
+    files: dict[str, str] | None = None
     modelfile: str | None = None
     system: str | None = None
     template: str | None = None

@@ -153,13 +153,15 @@ async def delete(body: ModelRequest, request: Request) -> Response:
 
 @router.post("/api/create")
 async def create(body: CreateRequest, request: Request) -> Any:
-    """Ollama's /api/create: a new model from a model in the store and Modelfile settings, sharing its blob."""
+    """Ollama's /api/create: a new model from a model in the store or a GGUF file uploaded to /api/blobs,
+    and Modelfile settings; it shares that file."""
     store = request.app.state.store
-    recipe = t.create_modelfile(body)  # a bad body fails here, before any line streams
+    recipe, upload = t.create_modelfile(body), t.uploaded_file(body)  # a bad body fails here, before any line
     if not body.stream:
-        await asyncio.to_thread(store.create, body.model, recipe)
+        await asyncio.to_thread(store.create, body.model, recipe, upload=upload)
         return {"status": "success"}
-    return ndjson_stream(_progress(lambda emit: store.create(body.model, recipe, progress=emit)), _stream_error)
+    return ndjson_stream(_progress(lambda emit: store.create(body.model, recipe, upload=upload, progress=emit)),
+                         _stream_error)
 
 
 @router.post("/api/copy")

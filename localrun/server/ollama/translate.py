@@ -18,7 +18,7 @@ from localrun.families import family_for
 from localrun.native import Done, GenerateRequest as NativeRequest, Timings, thinking
 from localrun.sampling import SamplingParams, given
 from localrun.server.ollama.protocol import ChatRequest, CreateRequest, GenerateRequest, Message, Options
-from localrun.store import Modelfile, modelfile_of, parse_modelfile, parse_reference
+from localrun.store import Modelfile, blob_digest, modelfile_of, parse_modelfile, parse_reference
 from localrun.store.modelfile import check_template, message as mf_message, parameters as mf_parameters
 from localrun.server.messages import tool_definition  # Ollama's tools are OpenAI's
 
@@ -228,16 +228,20 @@ def modelfile(model: Any, info: Any) -> str:
 
 
 def create_modelfile(body: CreateRequest) -> Modelfile:
-    """/api/create's body as a Modelfile: its `modelfile` text (older clients), then its fields over it."""
-    for unsupported in ("files", "adapters", "quantize"):
+    """/api/create's body as a Modelfile: its `modelfile` text (older clients), then its fields over it.
+    Its base is `from`, or none when the model is made from an uploaded file (`uploaded_file`)."""
+    for unsupported in ("adapters", "quantize"):
         if getattr(body, unsupported, None):
             raise InvalidRequest(f"{unsupported}: not supported by /api/create here; create from a model in the "
-                                 f"store or a GGUF file on the daemon's machine (`localrun create`)")
+                                 f"store, an uploaded GGUF file (`files`) or one on the daemon's machine "
+                                 f"(`localrun create`)")
     parsed = parse_modelfile(body.modelfile) if body.modelfile else None
     base = body.from_ or (parsed.base if parsed else "")
-    if not base:
-        raise InvalidRequest("from: name the model to create this one from")
-    if parse_reference(base).kind == "path":  # as /api/pull: no HTTP client makes the daemon read its disk
+    if body.files and base:
+        raise InvalidRequest("from and files: give one, the model to start from or the uploaded file")
+    if not base and not body.files:
+        raise InvalidRequest("from: name the model to create this one from (or give `files`, an uploaded GGUF)")
+    if base and parse_reference(base).kind == "path":  # as /api/pull: no HTTP client makes the daemon read its disk
         raise InvalidRequest("from: over HTTP, create from a model name; a GGUF file on the daemon's machine "
                              "is for `localrun create` there")
     if body.template is not None:
@@ -248,6 +252,17 @@ def create_modelfile(body: CreateRequest) -> Modelfile:
     return Modelfile(base=base, parameters={**parsed.parameters, **mf_parameters(body.parameters or {})},
                      system=_first(body.system, parsed.system), template=_first(body.template, parsed.template),
                      messages=messages or parsed.messages, license=_first(license, parsed.license))
+
+
+def uploaded_file(body: CreateRequest) -> tuple[str, str] | None:
+    """The (file name, digest) /api/create's `files` names: one GGUF file uploaded to /api/blobs."""
+    if not body.files:
+        return None
+    if len(body.files) != 1:
+        raise InvalidRequest(f"files: one GGUF file, not {len(body.files)} (a model split into several files, "
+                             f"or with a projector or adapter, is not supported here)", param="files")
+    ((filename, digest),) = body.files.items()
+    return filename, blob_digest(digest)
 
 
 def _first(*values: str | None) -> str | None:
