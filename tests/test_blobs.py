@@ -74,6 +74,21 @@ def test_the_ollama_client_uploads_a_model_file_and_the_model_made_from_it_answe
     assert again.status_code == 200 and _leftovers(served.home) == []
 
 
+def test_an_uploaded_file_is_quantized_on_create_and_a_failed_create_leaves_no_model(served, smollm2_path):
+    """`ollama create -q q8_0` with FROM ./model.gguf: the upload, then /api/create with files and quantize."""
+    client = ollama.Client(host=served.url, headers=AUTH)
+    digest = client.create_blob(smollm2_path)
+    with pytest.raises(ollama.ResponseError, match="unknown quantization type 'Q9_9'"):
+        client.create(model="uploaded-bad", files={"m.gguf": digest}, quantize="Q9_9")
+    assert "uploaded-bad:latest" not in {m.model for m in client.list().models}  # not even the unquantized file
+    assert _blob(served.url, digest).status_code == 200  # the upload is kept for the next try
+    client.create(model="uploaded-q8", files={"m.gguf": digest}, quantize="q8_0", system="Be brief.")
+    shown = client.show("uploaded-q8")
+    assert shown.details.quantization_level == "Q8_0" and 'SYSTEM "Be brief."' in shown.modelfile
+    answer = client.generate(model="uploaded-q8", prompt="Name a colour.", options={"num_predict": 4})
+    assert answer.eval_count == 4
+
+
 def test_an_upload_far_over_the_body_limit_streams_to_disk_while_json_bodies_stay_bounded(served, tiny):
     digest = f"sha256:{sha256_of(tiny)}"
     assert tiny.stat().st_size > 4 * MAX_BODY

@@ -59,17 +59,44 @@ def test_manifest_records_the_origin(home):
 
 
 def test_quantized_models_load_and_generate(home):
+    """Made by `localrun quantize`, and by Ollama's /api/create with `quantize` (as `ollama create -q`)."""
     daemon = start_daemon(home, {"LOCALRUN_PARALLEL": "1", "LOCALRUN_CTX_SIZE": "512"}, pull=False)
     try:
-        for name in ("smollm2:q8", "smollm2:q4"):
+        lines = httpx.post(f"{daemon.url}/api/create", timeout=120, json={
+            "model": "served:q8", "from": "smollm2", "quantize": "q8_0", "system": "Be brief."}).text.splitlines()
+        statuses = [json.loads(line)["status"] for line in lines]
+        assert "quantizing Q4_1 model to Q8_0" in statuses and statuses[-1] == "success", lines
+        assert any(s.startswith("warning: smollm2:135m is already quantized (Q4_1)") for s in statuses)
+        shown = httpx.post(f"{daemon.url}/api/show", json={"model": "served:q8"}, timeout=30).json()
+        assert shown["details"]["quantization_level"] == "Q8_0" and shown["system"] == "Be brief."
+        for name in ("smollm2:q8", "smollm2:q4", "served:q8"):
             body = {"model": name, "messages": [{"role": "user", "content": "Name a colour."}],
                     "max_tokens": 8, "temperature": 0}
             answer = httpx.post(f"{daemon.url}/v1/chat/completions", json=body, timeout=120)
             assert answer.status_code == 200, answer.text
             assert answer.json()["usage"]["completion_tokens"] > 0
             assert answer.json()["choices"][0]["message"]["content"].strip()
+        refused = httpx.post(f"{daemon.url}/api/create", timeout=60, json={
+            "model": "served:bad", "from": "smollm2", "quantize": "Q9_9", "stream": False})
+        assert refused.status_code == 400 and "unknown quantization type 'Q9_9'" in refused.json()["error"]
     finally:
         daemon.stop()
+
+
+def test_create_with_quantize_makes_the_file_of_quantize_with_the_modelfiles_settings(home, tmp_path):
+    env = {"LOCALRUN_HOME": str(home)}
+    (tmp_path / "Modelfile").write_text("FROM smollm2\nSYSTEM Be brief.\nPARAMETER temperature 0\n")
+    made = run_cli("create", "brief:q8", "-f", str(tmp_path / "Modelfile"), "--quantize", "q8_0", env=env)
+    assert made.returncode == 0, made.stderr
+    assert made.stdout.startswith("created brief:q8 (") and made.stdout.endswith(", Q8_0 of smollm2)\n")
+    models = _models(home)
+    brief = models["brief:q8"]
+    assert brief["digest"] == models["smollm2:q8"]["digest"]  # llama.cpp's quantizer is deterministic
+    assert brief["system"] == "Be brief." and brief["defaults"] == {"temperature": 0.0}
+    assert brief["origin"] == {"model": SOURCE, "digest": models[SOURCE]["digest"], "type": "Q8_0"}
+    bad = run_cli("create", "brief:bad", "-f", str(tmp_path / "Modelfile"), "--quantize", "Q9_9", env=env)
+    assert bad.returncode == 2 and bad.stderr.startswith("error: unknown quantization type 'Q9_9'")
+    assert "brief:bad" not in _models(home) and not list((home / "models" / "partial").glob("*.partial"))
 
 
 def test_unknown_type_is_a_usage_error(home):

@@ -1,14 +1,13 @@
 """Quantize and measure: `quantize` makes a smaller model, `perplexity` says what that cost.
 
-`quantize` works without a daemon: llama.cpp's quantizer runs in a child process
-(`python -m localrun.engine.quantize`, so the CLI never loads llama.cpp), writing into the store's
-`partial/` directory; the finished file is moved into the store under the new name. Interrupted,
-the child dies with the Ctrl-C and its partial file is deleted. `perplexity` asks the daemon.
+`quantize` works without a daemon: the store runs llama.cpp's quantizer in a child process
+(store/quantizing.py, so the CLI never loads llama.cpp), writing into the store's `partial/`
+directory; the finished file is moved into the store under the new name. Interrupted, the child dies
+with the Ctrl-C and its partial file is deleted. `perplexity` asks the daemon.
 """
 
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
 from typing import Any, Optional
@@ -18,8 +17,6 @@ import typer
 from localrun.cli import generation as g
 from localrun.cli.app import app
 from localrun.cli.format import human_size, print_json
-
-UNQUANTIZED = ("", "F32", "F16", "BF16")
 
 
 @app.command()
@@ -34,6 +31,7 @@ def quantize(
     """Quantize a model with llama.cpp into a new model in the store (its manifest records the origin)."""
     from localrun.store import Store
     from localrun.store.names import parse_name
+    from localrun.store.quantizing import requantize_warning, requantizing
 
     store = Store()
     source = store.resolve(src)
@@ -41,66 +39,27 @@ def quantize(
     if not force:
         store.check_unused(dst)
     show_bar = sys.stderr.isatty() and not (quiet or as_json)
-    report = print_json if as_json else _Bar() if show_bar else (lambda event: None)
-    partial = store.temp_file("quantize")
+    bar = _Bar() if show_bar else None
+
+    def report(event: dict[str, Any]) -> None:
+        if event["event"] == "start" and requantizing(source):
+            sys.stderr.write(requantize_warning(source) + "\n")
+        if event["event"] == "tensor":
+            if as_json:
+                print_json(event)
+            elif bar is not None:
+                bar(event)
+
     try:
-        done = _run_child(source, partial, type_, report)
-        result = store.import_file(partial, dst, source=f"quantize:{source.name}",
-                                   origin={"model": source.name, "digest": source.digest, "type": done["type"]},
-                                   defaults=source.defaults)
+        result = store.quantize(src, dst, type_, report)
     finally:
-        if isinstance(report, _Bar):
-            report.close()
-        partial.unlink(missing_ok=True)
+        if bar is not None:
+            bar.close()
     if as_json:
         print_json({"event": "success", "model": result.to_dict()})
     else:
-        typer.echo(f"quantized {source.name} to {result.name} ({done['type']}, {result.short_id}, "
+        typer.echo(f"quantized {source.name} to {result.name} ({result.origin['type']}, {result.short_id}, "
                    f"{human_size(result.size)} from {human_size(source.size)})")
-
-
-def _run_child(source, partial: Path, type_: str, report) -> dict[str, Any]:
-    """Run the quantizer child, passing its events to `report`; its "done" event, or the error it gave."""
-    import subprocess
-    import tempfile
-
-    from localrun.errors import LocalrunError, UsageError
-
-    argv = [sys.executable, "-m", "localrun.engine.quantize", str(source.path), str(partial), type_]
-    if _requantizing(source):
-        argv.append("--allow-requantize")
-    with tempfile.TemporaryFile() as stderr:
-        child = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=stderr, text=True)
-        try:
-            last = _relay(child, source, report)
-        finally:
-            if child.poll() is None:
-                child.kill()
-            child.wait()
-        if last.get("event") == "done" and child.returncode == 0:
-            return last
-        if last.get("event") == "error":
-            raise (UsageError if last.get("usage") else LocalrunError)(last["message"])
-        stderr.seek(0)
-        tail = stderr.read().decode("utf-8", "replace").strip().splitlines()[-1:]
-        raise LocalrunError(f"the quantizer exited with status {child.returncode}" + (f": {tail[0]}" if tail else ""))
-
-
-def _relay(child, source, report) -> dict[str, Any]:
-    last: dict[str, Any] = {}
-    for line in child.stdout:
-        last = json.loads(line)
-        if last.get("event") == "start" and _requantizing(source):
-            sys.stderr.write(f"warning: {source.name} is already quantized ({source.quantization}); requantizing "
-                             f"loses more quality than quantizing its F16 original (check with `localrun perplexity`)\n")
-        if last.get("event") == "tensor":
-            report(last)
-    return last
-
-
-def _requantizing(source) -> bool:
-    """llama.cpp refuses an already quantized source unless asked; we allow it, with a warning."""
-    return source.quantization.upper() not in UNQUANTIZED
 
 
 class _Bar:

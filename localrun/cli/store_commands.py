@@ -168,11 +168,14 @@ def cp(
 def create(
     name: str = typer.Argument(..., help="The new model's name (name[:tag]); an existing one is replaced."),
     file: str = typer.Option("Modelfile", "--file", "-f", help="The Modelfile to read (- for stdin)."),
+    quantize: Optional[str] = typer.Option(None, "--quantize", metavar="TYPE",
+                                           help="Quantize the FROM model's file to TYPE (Q4_K_M, Q8_0, ...)."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress, only the final line."),
     host: Optional[str] = typer.Option(None, "--host", help=SERVER_HELP),
 ) -> None:
     """Make a model from a Modelfile: FROM a model or a GGUF file, with PARAMETER, SYSTEM, TEMPLATE (a
-    Jinja chat template), MESSAGE and LICENSE. It shares the FROM model's file; no copy is made."""
+    Jinja chat template), MESSAGE and LICENSE. It shares the FROM model's file (no copy is made), or with
+    --quantize has that file quantized."""
     from pathlib import Path
 
     from localrun.errors import UsageError
@@ -187,12 +190,13 @@ def create(
     reporter = PullBar() if sys.stderr.isatty() and not quiet else None  # a server's: hashing, uploading
     folder = Path.cwd() if file == "-" else Path(file).resolve().parent
     try:
-        made = store.create(name, recipe, folder, reporter)
+        made = store.create(name, recipe, folder, reporter, quantize)
     finally:
         if reporter is not None:
             reporter.close()
+    made_of = f"{quantize.upper()} of {recipe.base}" if quantize else f"shares the file of {recipe.base}"
     typer.echo(f"created {made.name} on {made.host}" if made.host
-               else f"created {made.name} ({made.short_id}, shares the file of {recipe.base})")
+               else f"created {made.name} ({made.short_id}, {made_of})")
 
 
 def _print_template(template: str, architecture: str) -> None:

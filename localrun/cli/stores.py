@@ -82,7 +82,8 @@ class ModelStore(Protocol):
     def pull(self, model: str, link: bool, progress: Progress | None) -> Made: ...
     def remove(self, model: str) -> None: ...
     def copy(self, source: str, destination: str, force: bool) -> str: ...
-    def create(self, name: str, recipe: Modelfile, folder: Path, progress: Progress | None) -> Made: ...
+    def create(self, name: str, recipe: Modelfile, folder: Path, progress: Progress | None,
+               quantize: str | None = None) -> Made: ...
 
 
 def open_store(host: str | None, command: str, daemon: bool = False) -> ModelStore:
@@ -144,8 +145,9 @@ class LocalStore:
     def copy(self, source: str, destination: str, force: bool) -> str:
         return self.store.copy(source, destination, force=force).name
 
-    def create(self, name: str, recipe: Modelfile, folder: Path, progress: Progress | None) -> Made:
-        made = self.store.create(name, recipe, folder=folder, progress=progress)
+    def create(self, name: str, recipe: Modelfile, folder: Path, progress: Progress | None,
+               quantize: str | None = None) -> Made:
+        made = self.store.create(name, recipe, folder=folder, quantize=quantize, progress=progress)
         return Made(made.name, made.short_id, made.size, json=made.to_dict())
 
 
@@ -230,13 +232,15 @@ class ServerStore:
         self._ask(lambda client: client.copy(source, destination))
         return destination
 
-    def create(self, name: str, recipe: Modelfile, folder: Path, progress: Progress | None) -> Made:
+    def create(self, name: str, recipe: Modelfile, folder: Path, progress: Progress | None,
+               quantize: str | None = None) -> Made:
         """As `ollama create`: a FROM that is a GGUF file here is uploaded to the server first (unless
         it has the file already) and named in `files`; any other FROM names a model there."""
         from localrun.store import parse_reference
 
         given = {k: getattr(recipe, k) for k in ("system", "template", "license") if getattr(recipe, k) is not None}
-        fields = {"parameters": recipe.parameters, "messages": list(recipe.messages), **given}
+        fields = {"parameters": recipe.parameters, "messages": list(recipe.messages), **given,
+                  **({"quantize": quantize} if quantize else {})}
         reference = parse_reference(recipe.base)
         upload = _Upload.of(folder / Path(reference.path).expanduser(), progress) if reference.kind == "path" else None
 

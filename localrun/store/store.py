@@ -34,6 +34,7 @@ from localrun.store.manifests import (Link, Manifest, iter_manifests, read_manif
 from localrun.store.model import Model, ModelInfo, PullProgress
 from localrun.store.modelfile import Modelfile
 from localrun.store.names import Name, Reference, parse_name, parse_reference
+from localrun.store.quantizing import requantize_warning, requantizing, run_quantizer
 from localrun.store.sources import Remote, catalogue_remote, rewrite_host
 from localrun.store.uploads import BlobUpload, blob_digest
 
@@ -116,6 +117,20 @@ class Store:
             install_blob(self.layout, partial, digest)
             infocache.save(self.layout, digest, info)
 
+    def quantize(self, src: str, dst: str, type_: str, on_event: Callable[[dict], None] | None = None) -> Model:
+        """Make `dst` by quantizing `src` to `type_` with llama.cpp's quantizer (store/quantizing.py);
+        `on_event` gets its events. The new model keeps `src`'s defaults, and its manifest says what it
+        was made from (`origin`)."""
+        source = self.resolve(src)
+        partial = self.temp_file("quantize")
+        try:
+            done = run_quantizer(source, partial, type_, on_event or (lambda event: None))
+            return self.import_file(partial, dst, source=f"quantize:{source.name}",
+                                    origin={"model": source.name, "digest": source.digest, "type": done["type"]},
+                                    defaults=source.defaults)
+        finally:
+            partial.unlink(missing_ok=True)
+
     def check_unused(self, name: str) -> None:
         """Refuse a name that already names a model, before work that would replace it (quantize's
         result); the caller's --force skips this."""
@@ -143,19 +158,28 @@ class Store:
         return self._write_named(replace(manifest, name=parse_name(dst), modified=_now()), force)
 
     def create(self, name: str, modelfile: Modelfile, *, folder: Path | None = None,
-               upload: tuple[str, str] | None = None, progress: Progress | None = None) -> Model:
+               upload: tuple[str, str] | None = None, quantize: str | None = None,
+               progress: Progress | None = None) -> Model:
         """Make `name` from a Modelfile: its FROM model (pulled when missing) or GGUF file (imported; a
         relative path is read from `folder`), or the `upload` (file name, digest) a client sent to
         `receive_blob`, with the Modelfile's settings over the base's. The new model shares the base's
-        blob; only its manifest is new. As with Ollama, creating a name that exists replaces it: that
-        is how a model's Modelfile is edited."""
+        blob (only its manifest is new), or with `quantize` (a type: Q4_K_M, Q8_0, ...) has a file of its
+        own, the base's quantized. As with Ollama, creating a name that exists replaces it: that is how
+        a model's Modelfile is edited."""
         report = progress or (lambda event: None)
 
         def emit(event: PullProgress) -> None:  # the base's pull reports no success: one, at the end
             if event.status != "success":
                 report(event)
 
-        base = self._uploaded(*upload, name, emit) if upload else self._base(modelfile.base, name, folder, emit)
+        previous = read_manifest(self.layout, parse_name(name))
+        try:
+            base = self._uploaded(*upload, name, emit) if upload else self._base(modelfile.base, name, folder, emit)
+            if quantize:
+                base = self._quantized(base, name, quantize, emit)
+        except BaseException:
+            self._put_back(previous, parse_name(name))
+            raise
         made = replace(base, name=parse_name(name), modified=_now(),
                        defaults={**base.defaults, **modelfile.parameters},
                        system=_given(modelfile.system, base.system), template=_given(modelfile.template, base.template),
@@ -166,6 +190,17 @@ class Store:
         model = self._write_named(made, force=True)
         report(PullProgress("success", made.digest))
         return model
+
+    def _put_back(self, previous: Manifest | None, name: Name) -> None:
+        """After a failed create, `name` is as it was: the file it had imported under the name (a GGUF
+        file, an upload) is unnamed again, and stays until the next collection."""
+        with os_errors(), self._lock("gc"):
+            if read_manifest(self.layout, name) == previous:
+                return
+            if previous is not None:
+                write_manifest(self.layout, previous)
+            elif self.layout.manifest(name).exists():
+                remove_manifest(self.layout, name)
 
     def _base(self, ref: str, name: str, folder: Path | None, emit: Progress) -> Manifest:
         """The manifest of a Modelfile's FROM: a model in the store (pulled when missing), or a GGUF file
@@ -189,6 +224,20 @@ class Store:
                 raise InvalidRequest(f"files: {filename} ({digest}) is not on the server; upload it first "
                                      f"(POST /api/blobs/{digest})")
             return self._commit(target, digest, infocache.model_info(self.layout, digest, blob, filename))
+
+    def _quantized(self, base: Manifest, name: str, type_: str, emit: Progress) -> Manifest:
+        """`base` quantized to `type_` under `name`, with its Modelfile settings (system, template, ...)."""
+        source = self._model(base)
+
+        def report(event: dict) -> None:
+            if event["event"] == "start":
+                if requantizing(source):
+                    emit(PullProgress(requantize_warning(source)))
+                emit(PullProgress(f"quantizing {source.quantization or 'F32'} model to {event['type']}"))
+
+        quantized = self._manifest_of(self.quantize(str(base.name), name, type_, report))
+        return replace(quantized, system=base.system, template=base.template, messages=base.messages,
+                       license=base.license)
 
     def _manifest_of(self, model: Model) -> Manifest:
         manifest = read_manifest(self.layout, parse_name(model.name))

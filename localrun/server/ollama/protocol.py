@@ -115,11 +115,12 @@ class PullRequest(ModelRequest):
 
 class CreateRequest(ModelRequest):
     """/api/create: the fields of a Modelfile as JSON (Ollama 0.5+), or (older clients) its text in
-    `modelfile`; `files` names a GGUF file uploaded to /api/blobs (file name to digest). `adapters`
-    and `quantize` are refused in translate (not supported here)."""
+    `modelfile`; `files` names a GGUF file uploaded to /api/blobs (file name to digest); `quantize` a
+    type to quantize the base to (Q4_K_M, Q8_0, ...). `adapters` is refused in translate."""
 
     from_: str | None = Field(None, alias="from")
     files: dict[str, str] | None = None
+    quantize: str | None = None
     modelfile: str | None = None
     system: str | None = None
     template: str | None = None

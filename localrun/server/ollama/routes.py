@@ -154,14 +154,17 @@ async def delete(body: ModelRequest, request: Request) -> Response:
 @router.post("/api/create")
 async def create(body: CreateRequest, request: Request) -> Any:
     """Ollama's /api/create: a new model from a model in the store or a GGUF file uploaded to /api/blobs,
-    and Modelfile settings; it shares that file."""
+    and Modelfile settings; it shares that file, or has the file quantized (`quantize`)."""
     store = request.app.state.store
     recipe, upload = t.create_modelfile(body), t.uploaded_file(body)  # a bad body fails here, before any line
+
+    def create(emit: Any = None) -> Any:
+        return store.create(body.model, recipe, upload=upload, quantize=body.quantize, progress=emit)
+
     if not body.stream:
-        await asyncio.to_thread(store.create, body.model, recipe, upload=upload)
+        await asyncio.to_thread(create)
         return {"status": "success"}
-    return ndjson_stream(_progress(lambda emit: store.create(body.model, recipe, upload=upload, progress=emit)),
-                         _stream_error)
+    return ndjson_stream(_progress(create), _stream_error)
 
 
 @router.post("/api/copy")

@@ -230,11 +230,8 @@ def modelfile(model: Any, info: Any) -> str:
 def create_modelfile(body: CreateRequest) -> Modelfile:
     """/api/create's body as a Modelfile: its `modelfile` text (older clients), then its fields over it.
     Its base is `from`, or none when the model is made from an uploaded file (`uploaded_file`)."""
-    for unsupported in ("adapters", "quantize"):
-        if getattr(body, unsupported, None):
-            raise InvalidRequest(f"{unsupported}: not supported by /api/create here; create from a model in the "
-                                 f"store, an uploaded GGUF file (`files`) or one on the daemon's machine "
-                                 f"(`localrun create`)")
+    if getattr(body, "adapters", None):
+        raise InvalidRequest("adapters: LoRA adapters are not supported by /api/create here")
     parsed = parse_modelfile(body.modelfile) if body.modelfile else None
     base = body.from_ or (parsed.base if parsed else "")
     if body.files and base:
