@@ -74,3 +74,19 @@ def daemon(tmp_path_factory):
     d = start_daemon(tmp_path_factory.mktemp("daemon-home"), {"LOCALRUN_EMBED_CTX_SIZE": str(EMBED_CTX)})
     yield d
     d.stop()
+
+
+@pytest.fixture
+def small_disk(tmp_path):
+    """A real 2 MiB filesystem (tmpfs) for a store; needs root and mount."""
+    import subprocess
+
+    mount = tmp_path / "small-disk"
+    mount.mkdir()
+    if os.geteuid() != 0 or subprocess.run(["mount", "-t", "tmpfs", "-o", "size=2m", "tmpfs", str(mount)],
+                                           capture_output=True).returncode != 0:
+        pytest.skip("cannot mount a small tmpfs here (needs root)")
+    try:
+        yield mount
+    finally:
+        subprocess.run(["umount", "-l", str(mount)], check=True)

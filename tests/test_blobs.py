@@ -18,6 +18,8 @@ import httpx
 import ollama
 import pytest
 
+from localrun.errors import DiskFull
+from localrun.store import Store
 from tests.cli import run_cli
 from tests.tiny_gguf import sha256_of, write_tiny_gguf
 
@@ -148,6 +150,20 @@ def test_a_client_that_hangs_up_mid_upload_leaves_no_partial_file(served):
     while _leftovers(served.home) and time.monotonic() < deadline:
         time.sleep(0.05)
     assert _leftovers(served.home) == [] and _blob(served.url, digest).status_code == 404
+
+
+def test_a_full_disk_refuses_an_upload_and_leaves_nothing(small_disk, tiny):
+    """On a real 2 MiB filesystem: refused up front from the size a client declares, else at the write."""
+    store = Store(small_disk / "models")
+    digest = f"sha256:{sha256_of(tiny)}"
+    with pytest.raises(DiskFull, match="not enough disk space for the uploaded file: needs 4 MB"):
+        store.receive_blob(digest, tiny.stat().st_size)
+    upload = store.receive_blob(digest)  # no size said: the write itself fails
+    with pytest.raises(DiskFull, match="disk full while writing"):
+        for start in range(0, tiny.stat().st_size, 1 << 20):
+            upload.write(tiny.read_bytes()[start:start + (1 << 20)])
+    upload.discard()
+    assert list((small_disk / "models" / "partial").glob("upload-*")) == [] and not store.has_blob(digest)
 
 
 def test_create_refuses_files_it_cannot_use(served, tiny):

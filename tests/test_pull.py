@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import hashlib
-import os
-import subprocess
 import threading
 import time
 
@@ -201,20 +199,6 @@ def test_not_enough_disk_space_is_refused_before_downloading(server, store, tiny
     with pytest.raises(DiskFull, match="not enough disk space"):
         store.pull(url)
     assert_nothing_stored(store)
-
-
-@pytest.fixture
-def small_disk(tmp_path):
-    """A real 2 MiB filesystem (tmpfs) for the store; needs root and mount."""
-    mount = tmp_path / "small-disk"
-    mount.mkdir()
-    if os.geteuid() != 0 or subprocess.run(["mount", "-t", "tmpfs", "-o", "size=2m", "tmpfs", str(mount)],
-                                           capture_output=True).returncode != 0:
-        pytest.skip("cannot mount a small tmpfs here (needs root)")
-    try:
-        yield mount
-    finally:
-        subprocess.run(["umount", "-l", str(mount)], check=True)
 
 
 def test_a_real_full_disk_is_one_clear_error(server, small_disk, tmp_path):
