@@ -189,6 +189,8 @@ def test_errors_are_openai_shaped(client, daemon):
     r = httpx.post(f"{daemon.url}/v1/chat/completions", json={"model": MODEL, "messages": [
         {"role": "user", "content": [{"type": "image_url", "image_url": {"url": "data:,"}}]}]}, timeout=10)
     assert r.status_code == 400 and "image_url" in r.json()["error"]["message"]
+    with pytest.raises(openai.BadRequestError, match="suffix: fill-in-the-middle is not supported"):
+        client.completions.create(model=MODEL, prompt="def add(a, b):\n", suffix="\n    return c", max_tokens=5)
 
 
 def test_unknown_fields_are_accepted(client):

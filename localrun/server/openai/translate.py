@@ -61,6 +61,8 @@ def _thinking(body: ChatCompletionRequest) -> tuple[bool | None, str | None]:
 
 
 def completion_request(body: CompletionRequest) -> GenerateRequest:
+    if body.suffix:  # as vLLM: refused, never dropped (an editor would get text written for no suffix)
+        raise InvalidRequest("suffix: fill-in-the-middle is not supported", param="suffix")
     if isinstance(body.prompt, list):
         if len(body.prompt) != 1:
             raise InvalidRequest("prompt: send one prompt per request (arrays of several prompts are not supported)")
