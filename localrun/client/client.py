@@ -109,7 +109,8 @@ class Client:
 
     def create(self, model: str, fields: dict[str, Any]) -> None:
         """Ollama's `/api/create`: the server makes `model` from the Modelfile's `fields` (from or files,
-        parameters, system, template, messages, license). Not streamed: it only writes a manifest."""
+        parameters, system, template, messages, license, quantize). Not streamed, and no read timeout:
+        a quantization takes a while."""
         self._send("POST", "/api/create", json={**fields, "model": model, "stream": False}, timeout=_GENERATE)
 
     def has_blob(self, digest: str) -> bool:

@@ -1,4 +1,5 @@
-"""Quantize a GGUF file with llama.cpp's `llama_model_quantize`, in a child process of the CLI.
+"""Quantize a GGUF file with llama.cpp's `llama_model_quantize`, in a child process of the CLI or the
+daemon (store/quantizing.py runs it).
 
     python -m localrun.engine.quantize SRC OUT TYPE [--allow-requantize] [--threads N]
 
@@ -8,7 +9,7 @@ Each line on stdout is one JSON event:
     {"event": "done", "type": "Q8_0", "size": 144000000}                          exit 0
     {"event": "error", "message": "...", "usage": true|false}                     exit 2 (usage) or 1
 
-It runs in its own process so the CLI never loads llama.cpp, and so Ctrl-C can end it at once: the
+It runs in its own process so neither loads llama.cpp, and so Ctrl-C can end it at once: the
 quantize call holds the GIL-free C loop for seconds to minutes and would not see a Python signal.
 Progress comes from llama.cpp's own per-tensor log lines (`[  12/ 272] name - ...`); its errors
 ("failed to quantize: ...") come from the same log, since the call's return code does not say.

@@ -35,8 +35,8 @@ from localrun.config import Settings
 from localrun.errors import UsageError
 from localrun.hosts import is_loopback, split_host
 from localrun.server.body import BodyLimits
-from localrun.server.ollama import blobs
 from localrun.server.errors import dialect, error_response
+from localrun.server.ollama import blobs
 
 OPEN_PATHS = frozenset({"/health", "/"})
 OPEN_PREFIX = "/ui/"  # the chat page's files (server/web): public, they ship in the package
