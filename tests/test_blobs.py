@@ -199,3 +199,14 @@ def test_localrun_create_with_host_uploads_a_local_file_once(served, tmp_path):
     (tmp_path / "Gone").write_text("FROM ./gone.gguf\n")
     gone = run_cli("create", "x", "-f", str(tmp_path / "Gone"), "--host", served.url, env=env)
     assert gone.returncode == 1 and gone.stderr.startswith("error: FROM ") and "no such file" in gone.stderr
+
+
+def test_localrun_pull_of_a_file_with_host_uploads_it_to_the_server(served, tmp_path):
+    env = {**served.env(), "LOCALRUN_HOME": str(tmp_path / "client-home"), "LOCALRUN_API_KEY": KEY}
+    model = write_tiny_gguf(tmp_path / "Pulled-Tiny.gguf", seed=13)
+    pulled = run_cli("pull", str(model), "--host", served.url, env=env)
+    assert pulled.returncode == 0 and pulled.stdout == f"pulled pulled-tiny:latest on {served.url}\n", pulled.stderr
+    listed = run_cli("list", "--host", served.url, env=env).stdout
+    assert f"pulled-tiny:latest  {sha256_of(model)[:12]}" in listed, listed
+    linked = run_cli("pull", str(model), "--link", "--host", served.url, env=env)
+    assert linked.returncode == 2 and "--link works with this home's store only" in linked.stderr

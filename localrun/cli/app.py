@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import sys
+import types
 
 import typer
 
@@ -17,6 +18,10 @@ from localrun import __version__
 from localrun.cli.help import use_plain_names
 from localrun.errors import LocalrunError
 
+# `import httpx` imports httpx's own command line (httpx._main: click, rich.console, pygments), about
+# 60 ms of every command, only to export `httpx.main`, which localrun never calls. With an empty module
+# in its place the import fails as httpx expects when click is missing, and it defines a stub `main`.
+sys.modules.setdefault("httpx._main", types.ModuleType("httpx._main"))
 use_plain_names()
 app = typer.Typer(
     name="localrun",

@@ -218,11 +218,20 @@ class ServerStore:
                      shown.modelfile, facts)
 
     def pull(self, model: str, link: bool, progress: Progress | None) -> Made:
+        """The server pulls `model` itself; a GGUF file here is uploaded to it instead (as `create` does
+        for `FROM ./file.gguf`), under the name a pull here would give it."""
         from localrun.cli import targets
+        from localrun.store import parse_reference
 
         if link:
             raise UsageError("--link works with this home's store only, not with a server's (--host)")
-        self._ask(lambda client: targets.pull_on_server(client, model, progress or (lambda status: None)))
+        reference = parse_reference(model)
+        if reference.kind == "path":
+            upload = _Upload.of(Path(reference.path).expanduser(), progress)
+            model = str(reference.name)
+            self._ask(lambda client: client.create(model, {"files": upload.send(client)}))
+        else:
+            self._ask(lambda client: targets.pull_on_server(client, model, progress or (lambda status: None)))
         return Made(model, host=self.where, json={"name": model, "host": self.where})
 
     def remove(self, model: str) -> None:
