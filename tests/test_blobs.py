@@ -72,7 +72,7 @@ def test_the_ollama_client_uploads_a_model_file_and_the_model_made_from_it_answe
                                                     {"role": "user", "content": "Say hello."}],
                        options={"temperature": 0, "num_predict": 8})
     assert answer.eval_count == 8 and answer.message.content == same.message.content
-    again = _blob(served.url, digest, "POST", content=b"not even read")  # the server has it: nothing is read
+    again = _blob(served.url, digest, "POST", content=smollm2_path.read_bytes())  # the server has it: dropped
     assert again.status_code == 200 and _leftovers(served.home) == []
 
 

@@ -31,9 +31,12 @@ async def has_blob(digest: str, request: Request) -> Response:
 
 @router.post(PREFIX + "{digest}")
 async def create_blob(digest: str, request: Request) -> Response:
-    """201 when the file was received and verified; 200, without reading the body, when it was here."""
+    """201 when the file was received and verified; 200 when it was here already (the body is read and
+    dropped: a client still sending it must not have the connection cut under it)."""
     store = request.app.state.store
     if await asyncio.to_thread(store.has_blob, digest):
+        async for _ in _batches(request):
+            pass
         return Response(status_code=200)
     declared = request.headers.get("content-length", "")
     upload = await asyncio.to_thread(store.receive_blob, digest, int(declared) if declared.isdigit() else 0)
