@@ -8,11 +8,14 @@ import os
 import signal
 import subprocess
 import sys
+import time
+from pathlib import Path
 
 import httpx
 import pytest
 
 from localrun.store import Store
+from localrun.store.scratch import scratch_file
 from tests.cli import run_cli
 from tests.daemon import start_daemon
 
@@ -150,13 +153,46 @@ def test_ctrl_c_leaves_nothing_behind(home):
     assert "smollm2:cut" not in _models(home)
 
 
-def test_import_file_moves_a_temp_file_in_and_copy_keeps_the_origin(smollm2_path):
+def test_a_cli_killed_outright_takes_its_quantizer_along_and_the_next_one_sweeps_its_file(home):
+    env = {**os.environ, "LOCALRUN_HOME": str(home)}
+    cli = subprocess.Popen([sys.executable, "-m", "localrun", "quantize", "smollm2", "smollm2:killed", "--type",
+                            "Q6_K", "--json"], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env=env,
+                           start_new_session=True)
+    for line in cli.stdout:  # the child is quantizing
+        if json.loads(line).get("event") == "tensor":
+            break
+    child = next(int(p.name) for p in Path("/proc").iterdir() if p.name.isdigit() and _parent_of(p) == cli.pid)
+    cli.kill()  # SIGKILL to the CLI alone: no Ctrl-C reaches the child, no cleanup runs
+    cli.wait()
+    deadline = time.monotonic() + 30
+    while _parent_of(Path(f"/proc/{child}")):  # gone at once, or (without the death signal) once it is done
+        assert time.monotonic() < deadline, "the quantizer outlived its parent"
+        time.sleep(0.05)
+    left_size = next((home / "models" / "partial").glob("quantize-*.partial")).stat().st_size
+    partial = home / "models" / "partial"
+    (left,) = partial.glob("quantize-*.partial")  # left behind: nobody was there to delete it
+    done = run_cli("quantize", "smollm2", "smollm2:swept", "--type", "Q6_K", "--json", env={"LOCALRUN_HOME": str(home)})
+    assert done.returncode == 0 and not list(partial.glob("*.partial"))  # the next quantization swept it
+    assert left_size < json.loads(done.stdout.splitlines()[-1])["model"]["size"]  # cut short, not finished
+
+
+def _parent_of(proc: Path) -> int:
+    """The parent pid in /proc/PID/stat; 0 once the process is gone (or a zombie nobody waits for)."""
+    try:
+        stat = (proc / "stat").read_text()
+    except OSError:
+        return 0
+    state, parent = stat.rsplit(")", 1)[1].split()[:2]
+    return 0 if state == "Z" else int(parent)
+
+
+def test_import_file_moves_a_scratch_file_in_and_copy_keeps_the_origin(smollm2_path):
     store = Store()
-    partial = store.temp_file("test")
-    partial.write_bytes(smollm2_path.read_bytes())
-    model = store.import_file(partial, "made:one", source="test", origin={"model": "x", "type": "Q4_1"},
-                              defaults={"num_ctx": 1024})
-    assert not partial.exists() and model.path.is_file()
+    with scratch_file(store.layout, "quantize") as partial:
+        partial.write_bytes(smollm2_path.read_bytes())
+        model = store.import_file(partial, "made:one", source="test", origin={"model": "x", "type": "Q4_1"},
+                                  defaults={"num_ctx": 1024})
+        assert not partial.exists() and model.path.is_file()
     assert model.origin == {"model": "x", "type": "Q4_1"} and model.defaults == {"num_ctx": 1024}
     assert store.copy("made:one", "made:two").origin == model.origin
     assert store.resolve("made:two").origin == model.origin

@@ -13,6 +13,8 @@ import pytest
 from localrun.cli import main
 from localrun.errors import InvalidName, ModelNotFound, NotGGUF, StoreError, UsageError
 from localrun.store import Model, ModelInfo, Store
+from localrun.store.layout import Layout
+from localrun.store.scratch import scratch_file, sweep
 from tests.test_pull import assert_blobs_verified, assert_nothing_stored
 from tests.tiny_gguf import write_tiny_gguf
 
@@ -301,3 +303,18 @@ def test_model_fields(store, tiny):
     assert isinstance(model, Model)
     assert model.digest == "sha256:" + hashlib.sha256(tiny.read_bytes()).hexdigest()
     assert model.short_id == model.digest[7:19] and model.modified.tzinfo is not None
+
+
+def test_a_sweep_deletes_the_scratch_files_nobody_writes_and_keeps_the_rest(tmp_path):
+    """A quantization's or an upload's file whose writer was killed is garbage; one being written, and a
+    download's partial file (resumed by the next pull), are not."""
+    layout = Layout(tmp_path / "models")
+    with scratch_file(layout, "upload") as held:
+        held.write_bytes(b"being written")
+        stale = layout.partial_file("quantize-0123")
+        stale.write_bytes(b"its writer was killed")
+        download = layout.partial_file("sha256-" + "ab" * 32)
+        download.write_bytes(b"resumable")
+        sweep(layout)
+        assert held.exists() and download.exists() and not stale.exists()
+    assert not held.exists() and sorted(p.name for p in layout.partial.iterdir()) == [download.name]

@@ -98,6 +98,15 @@ def _emit(event: dict) -> None:
     sys.stdout.flush()
 
 
+def _die_with_parent() -> None:
+    """A CLI or daemon killed outright (`kill -9`, the OOM killer) must not leave its quantizer writing
+    on for minutes: on Linux the kernel sends this process SIGKILL when its parent dies."""
+    try:
+        ctypes.CDLL(None).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass  # not Linux: the parent's Ctrl-C still ends it (same process group)
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m localrun.engine.quantize", description=__doc__.splitlines()[0])
     p.add_argument("src")
@@ -107,6 +116,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--threads", type=int, default=0, help="0 = llama.cpp's choice (all cores)")
     args = p.parse_args(argv)
     signal.signal(signal.SIGINT, signal.SIG_DFL)  # Ctrl-C must end the C loop now, not after it
+    _die_with_parent()
     return quantize(args.src, args.out, args.type, args.allow_requantize, args.threads, _emit)
 
 

@@ -2,7 +2,8 @@
 
     <root>/blobs/sha256-<hex>            verified GGUF files, named by content; never partial
     <root>/manifests/<part>/.../<tag>    one JSON manifest per name:tag
-    <root>/partial/<key>.partial         downloads in progress (resumable); <key>.lock while one is held
+    <root>/partial/<key>.partial         downloads in progress (resumable); <key>.lock while one is held;
+                                         quantize-*/upload-* scratch files (store/scratch.py)
     <root>/info/sha256-<hex>.json        the parsed GGUF facts of a file (`show`), a cache
 
 A blob enters `blobs/` only by an atomic rename after its digest was checked, and a manifest is

@@ -33,6 +33,33 @@ def hold(path: Path, on_wait: Callable[[], None] | None = None) -> Iterator[None
         os.close(fd)  # unlocks
 
 
+@contextlib.contextmanager
+def try_hold(path: Path) -> Iterator[bool]:
+    """Hold the lock named by `path` when nobody else does (True); else hold nothing (False). Where
+    fcntl is missing, always False: nothing can tell a held lock from a forgotten one there."""
+    try:
+        import fcntl
+    except ImportError:
+        yield False
+        return
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        yield False
+        return
+    if not _still_named(fd, path):  # its holder just let it go and deleted it: not ours to judge
+        os.close(fd)
+        yield False
+        return
+    try:
+        yield True
+    finally:
+        path.unlink(missing_ok=True)
+        os.close(fd)
+
+
 def _acquire(fcntl, path: Path, on_wait: Callable[[], None] | None) -> int:
     waited = False
     while True:
@@ -79,4 +106,4 @@ def _filelock(path: Path, on_wait: Callable[[], None] | None) -> Iterator[None]:
         lock.release()
 
 
-__all__ = ["hold"]
+__all__ = ["hold", "try_hold"]

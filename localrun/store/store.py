@@ -14,7 +14,6 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import importlib.util
-import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
@@ -35,6 +34,7 @@ from localrun.store.model import Model, ModelInfo, PullProgress
 from localrun.store.modelfile import Modelfile
 from localrun.store.names import Name, Reference, parse_name, parse_reference
 from localrun.store.quantizing import requantize_warning, requantizing, run_quantizer
+from localrun.store.scratch import scratch_file, sweep
 from localrun.store.sources import Remote, catalogue_remote, rewrite_host
 from localrun.store.uploads import BlobUpload, blob_digest
 
@@ -81,16 +81,10 @@ class Store:
         emit(PullProgress("success", manifest.digest))
         return self._model(manifest)
 
-    def temp_file(self, prefix: str) -> Path:
-        """A fresh path in `partial/` for a model file this machine writes (`quantize`): on the store's
-        filesystem, so `import_file` can move it into `blobs/` atomically. The caller deletes it on failure."""
-        self.layout.partial.mkdir(parents=True, exist_ok=True)
-        return self.layout.partial_file(f"{prefix}-{uuid.uuid4().hex}")
-
     def import_file(self, path: Path, name: str, *, source: str, origin: dict | None = None,
                     defaults: dict | None = None, progress: Progress | None = None) -> Model:
         """Record a GGUF file made on this machine under `name`, with `origin` saying what it was made
-        from. A file from `temp_file()` is verified and moved in; any other file is copied."""
+        from. A scratch file (store/scratch.py) is verified and moved in; any other file is copied."""
         target = _Target(parse_name(name), source, progress or (lambda event: None), defaults or {}, origin or {})
         path = Path(path)
         with os_errors(), self._lock("name-" + _short_hash(str(target.name))):
@@ -122,14 +116,11 @@ class Store:
         `on_event` gets its events. The new model keeps `src`'s defaults, and its manifest says what it
         was made from (`origin`)."""
         source = self.resolve(src)
-        partial = self.temp_file("quantize")
-        try:
+        with scratch_file(self.layout, "quantize") as partial:
             done = run_quantizer(source, partial, type_, on_event or (lambda event: None))
             return self.import_file(partial, dst, source=f"quantize:{source.name}",
                                     origin={"model": source.name, "digest": source.digest, "type": done["type"]},
                                     defaults=source.defaults)
-        finally:
-            partial.unlink(missing_ok=True)
 
     def check_unused(self, name: str) -> None:
         """Refuse a name that already names a model, before work that would replace it (quantize's
@@ -439,6 +430,7 @@ class Store:
             yield
 
     def _collect_garbage(self) -> None:
+        sweep(self.layout)
         referenced = referenced_digests(self.layout)
         for digest in list(self.layout.blob_digests()):
             if digest not in referenced:

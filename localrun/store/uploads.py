@@ -7,9 +7,9 @@ answer as in a download (502)."""
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import re
-import uuid
 from collections.abc import Callable
 from pathlib import Path
 
@@ -17,6 +17,7 @@ from localrun.errors import InvalidRequest, LocalrunError
 from localrun.store.ggufinfo import HEADER_SIZE, check_header, read_info
 from localrun.store.layout import Layout, ensure_space, os_errors
 from localrun.store.model import ModelInfo
+from localrun.store.scratch import scratch_file
 
 _DIGEST = re.compile(r"sha256[:-]([0-9a-f]{64})")
 
@@ -38,10 +39,14 @@ class BlobUpload:
 
     def __init__(self, layout: Layout, digest: str, install: Install, size: int = 0) -> None:
         self.digest, self._install = digest, install
-        layout.partial.mkdir(parents=True, exist_ok=True)
-        ensure_space(layout.partial, size, "the uploaded file")
-        self.path = layout.partial_file(f"upload-{uuid.uuid4().hex}")  # two uploads of one blob: two files
-        self._file = open(self.path, "wb")
+        self._scratch = contextlib.ExitStack()  # two uploads of one blob: two files
+        self.path = self._scratch.enter_context(scratch_file(layout, "upload"))
+        try:
+            ensure_space(layout.partial, size, "the uploaded file")
+            self._file = open(self.path, "wb")
+        except BaseException:
+            self._scratch.close()
+            raise
         self._hash = hashlib.sha256()
         self._head = b""
         self.size = 0
@@ -73,7 +78,7 @@ class BlobUpload:
 
     def discard(self) -> None:
         self._file.close()
-        self.path.unlink(missing_ok=True)
+        self._scratch.close()  # deletes the file unless it was moved in
 
     def _check(self, parse: Callable[[], ModelInfo | None]) -> ModelInfo | None:
         """A GGUF check whose refusal is the client's fault: 400, and the upload is dropped."""
