@@ -187,16 +187,22 @@ def create(
         raise UsageError(f"cannot read the Modelfile {file}: {getattr(e, 'strerror', None) or e}") from None
     recipe = parse_modelfile(text)
     store = open_store(host, "create")
-    reporter = PullBar() if sys.stderr.isatty() and not quiet else None  # a server's: hashing, uploading
+    bar = PullBar() if sys.stderr.isatty() and not quiet else None  # a server's: hashing, uploading
     folder = Path.cwd() if file == "-" else Path(file).resolve().parent
     try:
-        made = store.create(name, recipe, folder, reporter, quantize)
+        made = store.create(name, recipe, folder, bar or _warnings, quantize)
     finally:
-        if reporter is not None:
-            reporter.close()
+        if bar is not None:
+            bar.close()
     made_of = f"{quantize.upper()} of {recipe.base}" if quantize else f"shares the file of {recipe.base}"
     typer.echo(f"created {made.name} on {made.host}" if made.host
                else f"created {made.name} ({made.short_id}, {made_of})")
+
+
+def _warnings(event) -> None:
+    """Without a progress bar, a step that warns (quantizing an already quantized model) still says so."""
+    if event.status.startswith("warning: "):
+        sys.stderr.write(event.status + "\n")
 
 
 def _print_template(template: str, architecture: str) -> None:
