@@ -76,13 +76,20 @@ def test_the_ollama_client_uploads_a_model_file_and_the_model_made_from_it_answe
     assert again.status_code == 200 and _leftovers(served.home) == []
 
 
-def test_an_uploaded_file_is_quantized_on_create_and_a_failed_create_leaves_no_model(served, smollm2_path):
-    """`ollama create -q q8_0` with FROM ./model.gguf: the upload, then /api/create with files and quantize."""
+def test_an_uploaded_file_is_quantized_on_create_and_a_failed_create_changes_nothing(served, smollm2_path,
+                                                                                    tmp_path):
+    """`ollama create -q q8_0` with FROM ./model.gguf: the upload, then /api/create with files and quantize.
+    A create that fails leaves its name as it was: absent, or naming the model it named, file and all."""
     client = ollama.Client(host=served.url, headers=AUTH)
     digest = client.create_blob(smollm2_path)
-    with pytest.raises(ollama.ResponseError, match="unknown quantization type 'Q9_9'"):
-        client.create(model="uploaded-bad", files={"m.gguf": digest}, quantize="Q9_9")
-    assert "uploaded-bad:latest" not in {m.model for m in client.list().models}  # not even the unquantized file
+    kept = client.create_blob(write_tiny_gguf(tmp_path / "kept.gguf", seed=21))
+    client.create(model="kept", files={"kept.gguf": kept})
+    for name in ("uploaded-bad", "kept"):
+        with pytest.raises(ollama.ResponseError, match="unknown quantization type 'Q9_9'"):
+            client.create(model=name, files={"m.gguf": digest}, quantize="Q9_9")
+    models = {m.model: m.digest for m in client.list().models}
+    assert "uploaded-bad:latest" not in models  # not even with the unquantized file
+    assert models["kept:latest"] == kept.removeprefix("sha256:") and _blob(served.url, kept).status_code == 200
     assert _blob(served.url, digest).status_code == 200  # the upload is kept for the next try
     client.create(model="uploaded-q8", files={"m.gguf": digest}, quantize="q8_0", system="Be brief.")
     shown = client.show("uploaded-q8")

@@ -18,6 +18,7 @@ from localrun.store import Store
 from localrun.store.scratch import scratch_file
 from tests.cli import run_cli
 from tests.daemon import start_daemon
+from tests.tiny_gguf import write_tiny_gguf
 
 SOURCE = "smollm2:135m"
 
@@ -100,6 +101,14 @@ def test_create_with_quantize_makes_the_file_of_quantize_with_the_modelfiles_set
     bad = run_cli("create", "brief:bad", "-f", str(tmp_path / "Modelfile"), "--quantize", "Q9_9", env=env)
     assert bad.returncode == 2 and bad.stderr.startswith("error: unknown quantization type 'Q9_9'")
     assert "brief:bad" not in _models(home) and not list((home / "models" / "partial").glob("*.partial"))
+    for seed in (1, 2):  # FROM a file: imported under the name before it is quantized
+        write_tiny_gguf(tmp_path / f"tiny{seed}.gguf", seed=seed)
+        (tmp_path / f"Tiny{seed}").write_text(f"FROM ./tiny{seed}.gguf\n")
+    assert run_cli("create", "only-one", "-f", str(tmp_path / "Tiny1"), env=env).returncode == 0
+    only_one = _models(home)["only-one:latest"]  # the only model with that file
+    bad = run_cli("create", "only-one", "-f", str(tmp_path / "Tiny2"), "--quantize", "Q9_9", env=env)
+    assert bad.returncode == 2 and _models(home)["only-one:latest"] == only_one  # as it was, its file too
+    assert Path(only_one["path"]).is_file()
 
 
 def test_unknown_type_is_a_usage_error(home):

@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import importlib.util
+import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
@@ -47,6 +48,8 @@ class Store:
     def __init__(self, root: Path | None = None, *, policy: Policy | None = None) -> None:
         self.layout = Layout(Path(root) if root else paths.models_dir())
         self.policy = policy or Policy()
+        self._creating = 0  # creates under way: while one builds its model, no file is collected
+        self._creating_lock = threading.Lock()
 
     # --- queries -------------------------------------------------------------------------------
 
@@ -164,13 +167,14 @@ class Store:
                 report(event)
 
         previous = read_manifest(self.layout, parse_name(name))
-        try:
-            base = self._uploaded(*upload, name, emit) if upload else self._base(modelfile.base, name, folder, emit)
-            if quantize:
-                base = self._quantized(base, name, quantize, emit)
-        except BaseException:
-            self._put_back(previous, parse_name(name))
-            raise
+        with self._collection_deferred():
+            try:
+                base = self._uploaded(*upload, name, emit) if upload else self._base(modelfile.base, name, folder, emit)
+                if quantize:
+                    base = self._quantized(base, name, quantize, emit)
+            except BaseException:
+                self._put_back(previous, parse_name(name))
+                raise
         made = replace(base, name=parse_name(name), modified=_now(),
                        defaults={**base.defaults, **modelfile.parameters},
                        system=_given(modelfile.system, base.system), template=_given(modelfile.template, base.template),
@@ -179,8 +183,23 @@ class Store:
         emit(PullProgress(f"using existing layer {made.digest}", made.digest))
         emit(PullProgress("writing manifest", made.digest))
         model = self._write_named(made, force=True)
+        if previous is not None and previous.digest != made.digest:
+            with os_errors(), self._lock("gc"):
+                self._collect_garbage()  # the file the name had, unless another name uses it
         report(PullProgress("success", made.digest))
         return model
+
+    @contextlib.contextmanager
+    def _collection_deferred(self) -> Iterator[None]:
+        """A create records its base under the name first (an imported GGUF file, an upload, a
+        quantization): the file the name had must outlive that, for `_put_back` if the create fails."""
+        with self._creating_lock:
+            self._creating += 1
+        try:
+            yield
+        finally:
+            with self._creating_lock:
+                self._creating -= 1
 
     def _put_back(self, previous: Manifest | None, name: Name) -> None:
         """After a failed create, `name` is as it was: the file it had imported under the name (a GGUF
@@ -430,6 +449,10 @@ class Store:
             yield
 
     def _collect_garbage(self) -> None:
+        """Delete the blobs no manifest names, and the scratch files nobody writes; not while a create
+        of this store is under way (the next collection does it)."""
+        if self._creating:
+            return
         sweep(self.layout)
         referenced = referenced_digests(self.layout)
         for digest in list(self.layout.blob_digests()):
