@@ -145,6 +145,27 @@ def test_an_upstreams_thinking_comes_back_as_reasoning_under_either_name():
     assert (done.reasoning, done.text, done.timings.reasoning_tokens) == ("Let me think.", "Paris.", 4)
 
 
+def test_several_choices_count_their_own_thinking_and_an_upstream_without_the_count_is_counted_too():
+    """Usage counts every choice together, so with n > 1 each choice counts its own chunks, as it does
+    its answer's; an upstream that streams thinking without `reasoning_tokens` is counted the same way."""
+    reader = wire.StreamReader()
+    for chunk in [
+        {"choices": [{"index": 0, "delta": {"reasoning_content": "Hm"}}, {"index": 1, "delta": {"content": "A"}}]},
+        {"choices": [{"index": 0, "delta": {"reasoning_content": "."}}, {"index": 1, "delta": {"content": "B"}}]},
+        {"choices": [{"index": 0, "delta": {"content": "C"}, "finish_reason": "stop"}]},
+        {"choices": [], "usage": {"completion_tokens": 5, "completion_tokens_details": {"reasoning_tokens": 2}}},
+    ]:
+        reader.feed(chunk)
+    first, second = reader.finish(first_ms=1.0, last_ms=2.0)
+    assert (first.timings.reasoning_tokens, first.timings.generated_tokens) == (2, 3)
+    assert (second.timings.reasoning_tokens, second.timings.generated_tokens) == (0, 2)
+    alone = wire.StreamReader()
+    alone.feed({"choices": [{"index": 0, "delta": {"reasoning_content": "Hm"}}]})
+    alone.feed({"choices": [{"index": 0, "delta": {"content": "Yes."}, "finish_reason": "stop"}],
+                "usage": {"completion_tokens": 2}})
+    assert alone.finish(first_ms=1.0, last_ms=2.0)[0].timings.reasoning_tokens == 1
+
+
 def test_llama_server_timings_are_taken_when_the_upstream_sends_them():
     reader = wire.StreamReader()
     reader.feed({"choices": [{"index": 0, "text": "a", "finish_reason": "length"}], "usage": {"prompt_tokens": 2},

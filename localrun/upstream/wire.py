@@ -101,6 +101,7 @@ class _Choice:
     finish_reason: str | None = None
     stop_sequence: str | None = None
     chunks: int = 0
+    thought_chunks: int = 0  # chunks that carried thinking: its token count when usage gives none for it
 
 
 @dataclass(slots=True)
@@ -134,6 +135,7 @@ class StreamReader:
                 choice.text.append(text or "")
                 choice.reasoning.append(thought)
                 choice.chunks += 1
+                choice.thought_chunks += bool(thought)
                 events.append(Delta(index, text or "", logprobs, thought))
             if item.get("finish_reason"):
                 choice.finish_reason = item["finish_reason"]
@@ -156,14 +158,15 @@ class StreamReader:
         u, t = self.usage, self.timings
         details = u.get("prompt_tokens_details") if isinstance(u.get("prompt_tokens_details"), dict) else {}
         answer = u.get("completion_tokens_details") if isinstance(u.get("completion_tokens_details"), dict) else {}
-        single = len(self.choices) <= 1
+        single = len(self.choices) <= 1  # usage counts all choices together: with several, each its chunks
+        thought = answer.get("reasoning_tokens")
         return Timings(
             prompt_tokens=int(u.get("prompt_tokens") or 0),
             cached_tokens=int(details.get("cached_tokens") or t.get("cache_n") or 0),
             prompt_ms=float(t.get("prompt_ms") or first_ms),
             generated_tokens=int(u.get("completion_tokens") or 0) if single and u else choice.chunks,
             generation_ms=float(t.get("predicted_ms") or max(0.0, last_ms - first_ms)),
-            reasoning_tokens=int(answer.get("reasoning_tokens") or 0) if single else 0,
+            reasoning_tokens=thought if single and isinstance(thought, int) else choice.thought_chunks,
         )
 
 
