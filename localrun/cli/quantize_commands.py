@@ -51,7 +51,7 @@ def quantize(
                 bar(event)
 
     try:
-        result = store.quantize(src, dst, type_, report)
+        result = store.quantize(source, dst, type_, report)
     finally:
         if bar is not None:
             bar.close()

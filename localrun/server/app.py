@@ -11,6 +11,7 @@ from fastapi import FastAPI
 from localrun import __version__
 from localrun.config import Settings
 from localrun.server import errors, metrics, security
+from localrun.server.ollama import blobs
 from localrun.server.access_log import AccessLog
 from localrun.server.manager import ModelManager
 from localrun.server.responses.store import ResponseStore
@@ -39,7 +40,7 @@ def create_app(config: Settings | None = None, store: Any = None, manager: Model
     app.state.config, app.state.store, app.state.manager = config, store, manager
     app.state.responses = ResponseStore(config.max_responses)
     errors.install(app)
-    security.install(app, config)
+    security.install(app, config, streamed=(blobs.PREFIX,))
     app.add_middleware(metrics.RequestCounter)  # outermost: refused requests are counted too
     app.add_middleware(AccessLog)  # ... and logged, with the request id header
 
@@ -49,7 +50,6 @@ def create_app(config: Settings | None = None, store: Any = None, manager: Model
 
     from localrun.server.anthropic.routes import router as anthropic
     from localrun.server.model_list import router as model_list
-    from localrun.server.ollama.blobs import router as blobs
     from localrun.server.ollama.routes import router as ollama
     from localrun.server.openai.routes import router as openai
     from localrun.server.perplexity import router as perplexity
@@ -66,7 +66,7 @@ def create_app(config: Settings | None = None, store: Any = None, manager: Model
     app.include_router(model_list)
     app.include_router(responses)
     app.include_router(ollama)
-    app.include_router(blobs)
+    app.include_router(blobs.router)
     app.include_router(anthropic)
     app.include_router(tokens)
     app.include_router(perplexity)

@@ -12,8 +12,8 @@ From the outside in (see `install`):
                   every key (401). The page must load without the key so that it can ask for it.
     BodyLimits    the body is read once and parsed once, before any route runs (body.py): size
                   (413), JSON size and nesting, valid Unicode text, and the counts a request may ask
-                  for (messages, inputs, max tokens) (400). Not for model files uploaded to
-                  /api/blobs: that route streams them to disk (server/ollama/blobs.py).
+                  for (messages, inputs, max tokens) (400). Not for the routes app.py names as
+                  `streamed` (model files uploaded to /api/blobs, streamed to disk by their route).
 
 Every refusal is a JSON error in the dialect of the request (server/errors.py).
 """
@@ -36,7 +36,6 @@ from localrun.errors import UsageError
 from localrun.hosts import is_loopback, split_host
 from localrun.server.body import BodyLimits
 from localrun.server.errors import dialect, error_response
-from localrun.server.ollama import blobs
 
 OPEN_PATHS = frozenset({"/health", "/"})
 OPEN_PREFIX = "/ui/"  # the chat page's files (server/web): public, they ship in the package
@@ -164,12 +163,13 @@ class KeyGuard:
         await self.app(scope, receive, send)
 
 
-def install(app: Any, config: Settings) -> None:
-    """Add the guards to `app`; `config.host` must be the address the daemon is bound to."""
+def install(app: Any, config: Settings, streamed: tuple[str, ...] = ()) -> None:
+    """Add the guards to `app`; `config.host` must be the address the daemon is bound to. `streamed`:
+    the path prefixes of routes that read their own bodies (BodyLimits)."""
     origins = origin_pattern(config.origins)
     # Starlette runs the last added middleware first: add from the inside out.
     limits = Limits.from_config(config)
-    app.add_middleware(BodyLimits, max_body=limits.max_body, check=limits.check, streamed=(blobs.PREFIX,))
+    app.add_middleware(BodyLimits, max_body=limits.max_body, check=limits.check, streamed=streamed)
     app.add_middleware(KeyGuard, keys=config.api_keys)
     app.add_middleware(CORSMiddleware, allow_origin_regex=origins, allow_methods=["*"], allow_headers=["*"],
                        expose_headers=["Retry-After"], max_age=600)

@@ -114,11 +114,10 @@ class Store:
             install_blob(self.layout, partial, digest)
             infocache.save(self.layout, digest, info)
 
-    def quantize(self, src: str, dst: str, type_: str, on_event: Callable[[dict], None] | None = None) -> Model:
-        """Make `dst` by quantizing `src` to `type_` with llama.cpp's quantizer (store/quantizing.py);
-        `on_event` gets its events. The new model keeps `src`'s defaults, and its manifest says what it
-        was made from (`origin`)."""
-        source = self.resolve(src)
+    def quantize(self, source: Model, dst: str, type_: str, on_event: Callable[[dict], None] | None = None) -> Model:
+        """Make `dst` by quantizing `source` (a model of this store) to `type_` with llama.cpp's quantizer
+        (store/quantizing.py); `on_event` gets its events. The new model keeps the source's defaults, and
+        its manifest says what it was made from (`origin`)."""
         with scratch_file(self.layout, "quantize") as partial:
             done = run_quantizer(source, partial, type_, on_event or (lambda event: None))
             return self.import_file(partial, dst, source=f"quantize:{source.name}",
@@ -166,16 +165,17 @@ class Store:
             if event.status != "success":
                 report(event)
 
-        previous = read_manifest(self.layout, parse_name(name))
+        named = parse_name(name)
+        previous = read_manifest(self.layout, named)
         with self._collection_deferred():
             try:
                 base = self._uploaded(*upload, name, emit) if upload else self._base(modelfile.base, name, folder, emit)
                 if quantize:
                     base = self._quantized(base, name, quantize, emit)
             except BaseException:
-                self._put_back(previous, parse_name(name))
+                self._put_back(previous, named)
                 raise
-        made = replace(base, name=parse_name(name), modified=_now(),
+        made = replace(base, name=named, modified=_now(),
                        defaults={**base.defaults, **modelfile.parameters},
                        system=_given(modelfile.system, base.system), template=_given(modelfile.template, base.template),
                        messages=list(modelfile.messages) or base.messages,
@@ -245,7 +245,7 @@ class Store:
                     emit(PullProgress(requantize_warning(source)))
                 emit(PullProgress(f"quantizing {source.quantization or 'F32'} model to {event['type']}"))
 
-        quantized = self._manifest_of(self.quantize(str(base.name), name, type_, report))
+        quantized = self._manifest_of(self.quantize(source, name, type_, report))
         return replace(quantized, system=base.system, template=base.template, messages=base.messages,
                        license=base.license)
 
