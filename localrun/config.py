@@ -26,7 +26,8 @@ from localrun.sampling import MAX_DRAFT
 from localrun.sizes import parse_size
 
 DEFAULT_PORT = 11435  # Ollama's 11434 + 1: both can run side by side.
-FLASH_ATTN = ("auto", "on", "off")
+FLASH_ATTN = ("auto", "on", "off", "prefix")
+PREFIX_CELLS = 256  # "prefix": the cells of each sequence computed with flash attention (engine/flashrows.py)
 KV_CACHE_TYPES = ("f16", "q8_0", "q4_0")
 SPECULATIVE_ON = 16  # the draft length "on" means
 
@@ -289,7 +290,7 @@ SETTINGS: tuple[Setting, ...] = (
                                      "and the memory budget decide).", _whole(0)),
     _engine("LOCALRUN_BATCH_SIZE", "batch_size", "Most tokens evaluated in one engine step (decode + prefill chunks)."),
     _engine("LOCALRUN_THREADS", "threads", "CPU threads for decoding; auto picks from the cores and measured load."),
-    _engine("LOCALRUN_FLASH_ATTN", "flash_attn", "Flash attention: on, off or auto."),
+    _engine("LOCALRUN_FLASH_ATTN", "flash_attn", "Flash attention: on, off, prefix (a sequence's first 256 cells) or auto."),
     _engine("LOCALRUN_KV_CACHE_TYPE", "kv_cache_type",
             "KV cache type: f16, q8_0 or q4_0 (quantized types need flash attention)."),
     _engine("LOCALRUN_EMBED_CTX_SIZE", "embed_ctx_size",

@@ -10,6 +10,8 @@ import os
 from dataclasses import dataclass
 from typing import Any, Callable
 
+from localrun.config import PREFIX_CELLS
+
 _KV_BYTES = {"f32": 4.0, "f16": 2.0, "bf16": 2.0, "q8_0": 34 / 32, "q5_1": 24 / 32, "q5_0": 22 / 32,
              "q4_1": 20 / 32, "q4_0": 18 / 32}
 SWA_PAD = 256  # llama.cpp pads its sliding-window cache to this many cells
@@ -40,8 +42,12 @@ def load_cache_bytes(shape: KvShape, options: Any, ctx: int) -> int:
     every cell kept, which a load makes when first needed: scoring's (engine/scoring.py: one sequence
     of `ctx` tokens, as it cuts back to the prompt after each option; made once anything is scored or
     a prompt's logprobs are asked for) and embeddings' (engine/embed.py: `options.embed_ctx_size`
-    tokens, or the trained length when shorter, so this may count a little more than a load holds)."""
+    tokens, or the trained length when shorter, so this may count a little more than a load holds).
+    With `LOCALRUN_FLASH_ATTN=prefix` the slots' first cells have a context of their own too
+    (engine/contexts.py), counted whether or not the model turns out to allow it."""
     slots = cache_bytes(shape, options.kv_cache_type, ctx, options.parallel, options.batch_size, options.kv_unified)
+    if options.flash_attn == "prefix":
+        slots += cache_bytes(shape, "f16", min(ctx, PREFIX_CELLS), options.parallel, options.batch_size, swa_full=True)
     scoring = cache_bytes(shape, "f16", ctx, 1, options.batch_size, swa_full=True)
     return slots + scoring + cache_bytes(shape, "f16", options.embed_ctx_size, 1, options.batch_size, swa_full=True)
 

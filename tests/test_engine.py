@@ -10,6 +10,7 @@ import llama_cpp
 import pytest
 
 from localrun.engine import Engine, EngineSettings, Finished, Request, Token, schema_to_grammar
+from localrun.engine.contexts import FLASH, MAIN
 from localrun.engine.cpuuse import CpuUse
 from localrun.engine.scheduler import common_prefix
 from localrun.engine.threads import ThreadTuner
@@ -228,6 +229,64 @@ def test_with_flash_attention_every_logit_batched_equals_solo(smollm2_path):
             eng.add(Request(f"b{i}", p, SamplingParams(max_tokens=n, **logged)))
         runs = drain(eng, {})
     assert [[e.logprob for e in runs[f"b{i}"].events] for i in range(8)] == alone
+
+
+def test_with_flash_attention_over_a_prefix_every_logit_batched_equals_solo(smollm2_path):
+    """Prefix mode (`RowRules.prefix`, `engine/contexts.py`): a sequence's first 256 cells are computed
+    in a flash-attention context, the rest in one without. A 278-token prompt is cut at the boundary,
+    a 150-token one's answer crosses it while decoding, and each moves its cells over; every chosen
+    token's log-probability equals the same request's alone, bit for bit."""
+    settings = dict(ctx_size=1024, threads=2, flash_attn="prefix")
+    logged = dict(logprobs=0, **GREEDY)
+    with Engine(str(smollm2_path), EngineSettings(parallel=1, **settings)) as alone_engine:
+        assert alone_engine.flash_attn == "prefix" and alone_engine.info["flash_attn"] == "prefix"
+        long_prompt = alone_engine.tokenize(items(32))
+        mid = alone_engine.tokenize("Describe this list. " + " ".join(f"Row {i}: {c}." for i, c in enumerate(["figs", "pears"] * 12)))
+        prompts = [long_prompt, mid, *(alone_engine.tokenize(p) for p in PROMPTS[:6])]
+        lengths = [24, 140] + [12] * 6
+        assert len(long_prompt) > 256 and len(mid) < 256 < len(mid) + lengths[1]
+        alone = [[e.logprob for e in generate(alone_engine, p, f"s{i}", max_tokens=n, **logged).events]
+                 for i, (p, n) in enumerate(zip(prompts, lengths))]
+    with Engine(str(smollm2_path), EngineSettings(parallel=8, **settings)) as eng:
+        for i, (p, n) in enumerate(zip(prompts, lengths)):
+            eng.add(Request(f"b{i}", p, SamplingParams(max_tokens=n, **logged)))
+        runs = drain(eng, {})
+    assert [[e.logprob for e in runs[f"b{i}"].events] for i in range(8)] == alone
+
+
+def test_with_flash_attention_over_a_prefix_a_reused_prefix_moves_between_contexts(smollm2_path):
+    """Prefix mode: a cached prompt longer than the prefix lives in the context without flash
+    attention. A prompt sharing 150 of its tokens gets them copied into another slot and moved to the
+    flash-attention context (the values re-laid, `kvstate`), evaluates only its own rest and answers
+    as from a cold cache; one sharing 300+ is served where they are and answers as cold too."""
+    shared = "Here is a long document about gardens. " + " ".join(
+        f"Bed {i} grows {plant} beside the path." for i, plant in enumerate(["tomatoes", "roses", "mint", "beans"] * 12))
+    settings = dict(ctx_size=1024, threads=THREADS, flash_attn="prefix")
+    with Engine(str(smollm2_path), EngineSettings(parallel=2, **settings)) as eng:
+        first = eng.tokenize(shared + "\nQuestion: what grows in bed 3?")
+        second = eng.tokenize(shared + "\nQuestion: what grows in bed 7? Answer briefly.")
+        third = first[:150] + eng.tokenize(" Which bed has roses?", add_special=False)
+        common = next(i for i, (x, y) in enumerate(zip(first, second)) if x != y)
+        assert common > 300
+        generate(eng, first, "a", max_tokens=8, **GREEDY)
+        generate(eng, PROMPTS[0], "busy", max_tokens=1, **GREEDY)  # the other slot: a short cache, nothing shared
+        homes = list(eng._contexts.homes)
+        short = generate(eng, third, "c", max_tokens=24, **GREEDY)
+        warm = generate(eng, second, "b", max_tokens=24, **GREEDY)
+    assert sorted(homes) == [MAIN, FLASH]
+    assert 64 <= short.finished.timings.cached_tokens <= 150  # copied from the long prompt's slot, then moved
+    for run, prompt in ((warm, second), (short, third)):
+        with Engine(str(smollm2_path), EngineSettings(parallel=1, **settings)) as cold_eng:
+            assert run.tokens == generate(cold_eng, prompt, "cold", max_tokens=24, **GREEDY).tokens
+    assert warm.finished.timings.cached_tokens == common
+
+
+def test_prefix_mode_needs_a_plain_f16_cache_per_slot(smollm2_path):
+    """Where a sequence's cells could not move between contexts (one buffer for all slots), prefix
+    mode is flash attention off, which it equals past the prefix."""
+    with Engine(str(smollm2_path), EngineSettings(parallel=2, ctx_size=512, threads=THREADS, flash_attn="prefix",
+                                                  kv_unified=True)) as eng:
+        assert eng.flash_attn == "off" and len(eng._contexts.all) == 1
 
 
 def test_concurrent_requests_with_one_prompt_evaluate_it_once_and_equal_solo(engine, solo):

@@ -265,6 +265,8 @@ def test_kv_cache_estimate_from_gguf_metadata():
     shape = KvShape(per_token)
     assert estimate_bytes(1000, shape, f16) == 1000 + per_token * (200 + 100 + 50)  # 2 slots, scoring, embeddings
     assert estimate_bytes(1000, shape, replace(f16, kv_cache_type="q8_0")) < estimate_bytes(1000, shape, f16)
+    longer = replace(f16, ctx_size=1000, flash_attn="prefix")  # each slot's first 256 cells have a context too
+    assert estimate_bytes(1000, shape, longer) == 1000 + per_token * (2000 + 2 * 256 + 1000 + 50)
     assert parse_size("8GiB") == 8 * 2**30 and parse_size("512MB") == 512 * 10**6
 
 

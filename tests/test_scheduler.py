@@ -6,10 +6,11 @@ import pytest
 
 import random
 
+from localrun.engine.drafts import Drafter
 from localrun.engine.flashrows import RowRules
 from localrun.engine.promptpace import PromptBudget, least_for
-from localrun.engine.scheduler import (Copy, Plan, Scheduler, Trim, common_prefix, copy_min, least_piece, prefill_size,
-                                       stairs)
+from localrun.engine.scheduler import (Copy, Plan, Scheduler, Trim, cached_keep, common_prefix, copy_min, least_piece,
+                                       prefill_size, stairs)
 from localrun.engine.sequence import Sequence, Status
 
 
@@ -556,3 +557,49 @@ def test_the_prompt_paces_fewest_tokens_always_move_the_first_prompt_in_line_on(
         for done in range(0, n_prompt - least + 1):
             n = prefill_size(n_prompt - done, budget, least)
             assert n > 0 and n <= max(budget, n_prompt - done) and (n == n_prompt - done or n_prompt - done - n >= least)
+
+
+PREFIX = RowRules(least_rows=64, prefix=256)
+
+
+def test_a_prompt_stops_at_the_flash_prefix_end_and_goes_on_in_the_other_context():
+    """Prefix mode: no chunk crosses position 256, the piece before it keeps the tile's 64 rows, and
+    the flash context's chunks come in calls of their own, first."""
+    s = Scheduler(n_slots=2, batch_size=512, rows=PREFIX)
+    long, short = seq("long", list(range(1, 301))), seq("short", [1, 2, 3])
+    s.add(long), s.add(short)
+    plan = run_step(s)
+    assert layout(plan) == [("short", 0, 3, 1), ("long", 0, 256, 0)]
+    assert [[c.seq.id for c in call] for call in plan.batches()] == [["short"], ["long"]]
+    plan = run_step(s)  # the short one decodes in the flash context, the long one's rest goes to the other
+    assert layout(plan) == [("short", 3, 1, 1), ("long", 256, 44, 1)]
+    assert [[c.seq.id for c in call] for call in plan.batches()] == [["short"], ["long"]]
+    assert [PREFIX.flash(c.start) for c in plan.chunks] == [True, False]
+
+
+@pytest.mark.parametrize("shared, n_prompt, keep", [
+    (250, 300, 192),  # the prefix's part left to evaluate keeps a tile: 64 rows before 256
+    (280, 300, 280),  # past the prefix: only the lone-row rule (2 tokens)
+    (299, 300, 298),
+    (100, 120, 56),   # a prompt inside the prefix: as without prefix mode
+    (40, 50, 40),     # under a tile: any piece of 2+
+])
+def test_a_cached_prefix_leaves_each_side_of_the_flash_prefix_its_least_rows(shared, n_prompt, keep):
+    assert cached_keep(shared, n_prompt, PREFIX) == keep
+    assert cached_keep(shared, n_prompt, FLASH) == min(shared, n_prompt - least_piece(n_prompt, 64))
+
+
+class Eager(Drafter):
+    """Drafts as many tokens as it is let."""
+
+    def propose(self, tokens: list[int], room: int) -> list[int]:
+        return [9] * room
+
+
+def test_a_draft_stays_on_its_side_of_the_flash_prefix():
+    s = Scheduler(n_slots=1, batch_size=512, rows=PREFIX)
+    a = Sequence("a", list(range(1, 251)), 250, None, drafter=Eager(8))
+    s.add(a)
+    run_step(s)
+    [chunk] = s.schedule().chunks  # position 250: 5 drafted tokens reach 255, the prefix's last cell
+    assert (chunk.start, chunk.n) == (250, 6) and PREFIX.flash(chunk.start)

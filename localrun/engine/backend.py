@@ -236,6 +236,19 @@ def new_context(model: Model, *, n_ctx: int, n_batch: int, n_seq_max: int, threa
     return ctx
 
 
+def seq_state(ctx, seq_id: int) -> bytes:
+    """One sequence's KV cells as llama.cpp saves them (positions, keys, values)."""
+    size = L.llama_state_seq_get_size(ctx, seq_id)
+    buf = (ctypes.c_uint8 * size)()
+    return bytes(buf[:L.llama_state_seq_get_data(ctx, buf, size, seq_id)])
+
+
+def set_seq_state(ctx, seq_id: int, state: bytes) -> bool:
+    """Restore saved cells as sequence `seq_id`'s (replacing what it held); False if llama.cpp refused."""
+    buf = (ctypes.c_uint8 * len(state)).from_buffer_copy(state)
+    return L.llama_state_seq_set_data(ctx, buf, len(state), seq_id) == len(state)
+
+
 class Batch:
     """One reusable `llama_batch`: filled token by token, decoded, cleared."""
 
@@ -266,4 +279,5 @@ class Batch:
 
 
 __all__ = ["DEV_CPU", "DEV_GPU", "DEV_IGPU", "Batch", "Model", "cpu_device", "drop_extra_buffer_type", "extra_buffer_type", "extra_buffer_types",
-           "ggml_function", "has_gpu", "init_backend", "local_devices", "new_context", "system_info"]
+           "ggml_function", "has_gpu", "init_backend", "local_devices", "new_context", "seq_state", "set_seq_state",
+           "system_info"]

@@ -16,13 +16,14 @@ import llama_cpp as L
 
 from localrun.engine import chat_template
 from localrun.engine.backend import Batch, Model, extra_buffer_types, has_gpu, init_backend, new_context
+from localrun.engine.contexts import Contexts
 from localrun.engine.cpuuse import CpuMeter
 from localrun.engine.decodecalls import call_cost
 from localrun.engine.detokenizer import Detokenizer
 from localrun.engine.drafts import Drafter
 from localrun.engine.embed import Embedder
 from localrun.engine.events import Event, Finished, Timings, Token
-from localrun.engine.flashrows import RowRules, row_rules
+from localrun.engine.flashrows import PREFIX_CELLS, RowRules, row_rules
 from localrun.engine.rowcheck import rows_alike
 from localrun.engine.logprobs import log_softmax, logits_at, top_n
 from localrun.engine.sampler import Sampler
@@ -70,32 +71,27 @@ class Engine:
         self._decoded = (self._threads, 0.0)  # this step's decode calls so far: their threads, seconds
         # RPC workers do not count as a GPU here: they may compute on CPUs, whose flash-attention kernel would
         # make batched answers differ from solo ones; LOCALRUN_FLASH_ATTN=auto lets llama.cpp choose for them.
-        self.flash_attn = resolve_flash_attn(settings.flash_attn, settings.kv_cache_type, has_gpu())
         self.can_draft = _can_drop_tail(self.model)
         can_cut = not (L.llama_model_is_recurrent(self.model.ptr) or L.llama_model_is_hybrid(self.model.ptr))
-        rows = self._row_rules()
+        window = L.llama_model_n_swa(self.model.ptr)
+        self.flash_attn = self._flash_mode(resolve_flash_attn(settings.flash_attn, settings.kv_cache_type, has_gpu()),
+                                           plain_attention=can_cut and not window)
+        self.rows = rows = self._row_rules()
         try:
-            # Whether drafted answers equal plain ones bit for bit here: measured once, when drafting is on.
-            self.speculative_exact = rows_alike(
-                self.model, rows.max_draft(settings.speculative) + 1, threads=self._threads,
-                flash_attn=self.flash_attn, kv_type=settings.kv_cache_type,
-            ) if settings.speculative and self.can_draft else None
-            self.ctx = new_context(self.model, n_ctx=settings.parallel * settings.ctx_size,
-                                   n_batch=settings.batch_size, n_seq_max=settings.parallel,
-                                   threads=self._threads, flash_attn=self.flash_attn,
-                                   kv_type=settings.kv_cache_type, kv_unified=settings.kv_unified, swa_full=False)
+            self.speculative_exact = self._drafts_exact(rows) if settings.speculative and self.can_draft else None
+            self._contexts = self._new_contexts()
         except Exception:
             self.model.free()
             raise
-        self.memory = L.llama_get_memory(self.ctx)
+        self.ctx = self._contexts.main
         self.batch = Batch(settings.batch_size)
         # A stopped step must leave the cache as it was: true of KV caches, not of a recurrent state.
         watch = self._tuner is not None and self._tuner.enabled and can_cut and StallWatch.available()
         self._stall = StallWatch() if watch else None
         if self._stall:
-            self._stall.attach(self.ctx)
-        self._warm_up()
-        window = L.llama_model_n_swa(self.model.ptr)
+            self._stall.attach(*self._contexts.all)
+        for ctx in self._contexts.all:
+            self._warm_up(ctx)
         self.scheduler = Scheduler(settings.parallel, settings.batch_size, settings.ctx_size, can_cut, share=True,
                                    window=window, call_cost=self._decode_call_cost(can_cut and not window),
                                    rows=rows, copy_min=copy_min(0 if settings.kv_unified else settings.ctx_size))
@@ -104,7 +100,42 @@ class Engine:
         self._scorer: Scorer | None = None
         self._eog: list[int] | None = None
 
-    def _warm_up(self) -> None:
+    def _flash_mode(self, resolved: str, plain_attention: bool) -> str:
+        """Flash attention for a sequence's first cells only ("prefix", `flashrows`) needs a CPU, an f16
+        cache, a stream per slot and a model whose every layer attends over the whole cache; elsewhere
+        it is "off", which it equals past the prefix."""
+        s = self.settings
+        if resolved != "prefix":
+            return resolved
+        fits = plain_attention and s.kv_cache_type == "f16" and not s.kv_unified and not self.model.gpu_layers
+        return "prefix" if fits else "off"
+
+    def _drafts_exact(self, rows: RowRules) -> bool:
+        """Whether drafted answers equal plain ones bit for bit here: measured once, when drafting is
+        on, with each kind of attention the engine computes with."""
+        kinds = ("on", "off") if self.flash_attn == "prefix" else (self.flash_attn,)
+        return all(rows_alike(self.model, rows.max_draft(self.settings.speculative) + 1, threads=self._threads,
+                              flash_attn=kind, kv_type=self.settings.kv_cache_type) for kind in kinds)
+
+    def _new_contexts(self) -> Contexts:
+        """The main context, and in prefix mode the flash-attention one for every slot's first cells."""
+        s = self.settings
+        prefix = self.flash_attn == "prefix"
+        main = new_context(self.model, n_ctx=s.parallel * s.ctx_size, n_batch=s.batch_size, n_seq_max=s.parallel,
+                           threads=self._threads, flash_attn="off" if prefix else self.flash_attn,
+                           kv_type=s.kv_cache_type, kv_unified=s.kv_unified, swa_full=False)
+        if not prefix:
+            return Contexts(main, s.parallel)
+        try:
+            cells = s.parallel * PREFIX_CELLS
+            flash = new_context(self.model, n_ctx=cells, n_batch=min(s.batch_size, cells), n_seq_max=s.parallel,
+                                threads=self._threads, flash_attn="on", kv_type=s.kv_cache_type)
+        except Exception:
+            L.llama_free(main)
+            raise
+        return Contexts(main, s.parallel, flash)
+
+    def _warm_up(self, ctx) -> None:
         """Evaluate a few rows once at load, as llama-server does: the weights are paged in before the
         first request, and a kernel that dies on this CPU (a matrix product over several rows is what
         ggml's AMX and repacked paths run) dies now, while the daemon can still retry the load safely.
@@ -117,14 +148,14 @@ class Engine:
         self.batch.clear()
         for pos, token in enumerate(tokens):
             self.batch.add(token, pos, 0, pos == len(tokens) - 1)
-        self.batch.decode(self.ctx)
-        L.llama_memory_seq_rm(self.memory, 0, -1, -1)
+        self.batch.decode(ctx)
+        L.llama_memory_seq_rm(L.llama_get_memory(ctx), 0, -1, -1)
 
     def _row_rules(self) -> RowRules:
         """The schedule rules that keep CPU flash attention exact (`flashrows`). A filler row must
         leave the cache when the model disagrees with it: a model that cannot drop a tail does without."""
         cpu_kernel = self.flash_attn == "on" and not self.model.gpu_layers
-        rules = row_rules(cpu_kernel, self.settings.kv_cache_type)
+        rules = row_rules(cpu_kernel, self.settings.kv_cache_type, prefix=self.flash_attn == "prefix")
         return rules if self.can_draft else replace(rules, lone_from=None)
 
     def _decode_call_cost(self, plain_attention: bool) -> float | None:
@@ -132,8 +163,9 @@ class Engine:
         decode tokens can pay: on CPUs, with a KV stream per slot and flash attention off (its kernel
         skips masked cells), for models whose every layer attends over the whole cache (not a
         sliding window's, not a recurrent state). None elsewhere: one call. Flash attention off means
-        an f16 cache (a quantized one turns it on)."""
-        if not plain_attention or self.flash_attn != "off" or self.settings.kv_unified or self.model.gpu_layers:
+        an f16 cache (a quantized one turns it on); in prefix mode the main context has it off."""
+        if (not plain_attention or self.flash_attn not in ("off", "prefix") or self.settings.kv_unified
+                or self.model.gpu_layers):
             return None
         arch = self.model.meta("general.architecture") or ""
 
@@ -190,6 +222,12 @@ class Engine:
         return self._tuner.current if self._tuner else self._threads
 
     @property
+    def main_flash_attn(self) -> str:
+        """The main context's flash attention ("on", "off" or "auto"; off in prefix mode): what a side
+        job over long texts (perplexity) computes with."""
+        return "off" if self.flash_attn == "prefix" else self.flash_attn
+
+    @property
     def has_work(self) -> bool:
         return self.scheduler.has_work
 
@@ -213,23 +251,24 @@ class Engine:
         for edit in plan.edits:
             self._edit_cache(edit)
         for chunks in plan.batches():
-            indices = self._evaluate(chunks)
+            ctx = self._contexts.of(self.rows.flash(chunks[0].start))
+            indices = self._evaluate(chunks, ctx)
             for chunk, index in zip(chunks, indices):
-                events.extend(self._sample(chunk, index))
+                events.extend(self._sample(chunk, index, ctx))
             yield events
             events = []
         self._record_decoding()
         if events:  # cancellations in a step with nothing to evaluate
             yield events
 
-    def _sample(self, chunk: Chunk, index: int) -> list[Event]:
+    def _sample(self, chunk: Chunk, index: int, ctx) -> list[Event]:
         """The events of one chunk's logits. A failure here (a sampler, a grammar, a detokenizer) is one
         sequence's: it ends that sequence alone, as Finished(reason="error"), and the step goes on.
         A failing llama_decode is everyone's and still raises."""
         try:
             if chunk.draft:
-                return self._verify(chunk, index)
-            return self._next_token(chunk.seq, index) if chunk.n_logits else []
+                return self._verify(chunk, index, ctx)
+            return self._next_token(chunk.seq, index, ctx) if chunk.n_logits else []
         except Exception as error:  # noqa: BLE001 - one request's failure must not end the others
             return [self._fail(chunk.seq, error)]
 
@@ -246,18 +285,21 @@ class Engine:
     def _edit_cache(self, edit: Trim | Copy) -> None:
         """Make one of the scheduler's cache edits. A copy: with a KV stream per slot llama.cpp copies the
         whole stream at the start of the next `llama_decode`, cell for cell, so the copy attends exactly
-        as the original (with one unified buffer the two sequences share cells instead). A trim: the
-        scheduler plans one only where llama.cpp can make it (`can_cut`), so a refusal is a bug."""
+        as the original (with one unified buffer the two sequences share cells instead; in prefix mode
+        the cells are saved and restored, `contexts`). A trim: the scheduler plans one only where
+        llama.cpp can make it (`can_cut`), so a refusal is a bug."""
         if isinstance(edit, Copy):
-            L.llama_memory_seq_cp(self.memory, edit.source, edit.target, -1, -1)
-        elif not L.llama_memory_seq_rm(self.memory, edit.slot, edit.keep, -1):
+            self._contexts.copy(edit.source, edit.target)
+        elif not self._contexts.trim(edit.slot, edit.keep):
             raise LocalrunError(f"llama.cpp could not cut slot {edit.slot}'s cache back to {edit.keep} tokens")
 
-    def _evaluate(self, chunks: list[Chunk]) -> list[int]:
-        """Fill the batch with the chunks and decode it; returns each chunk's last batch index."""
+    def _evaluate(self, chunks: list[Chunk], ctx) -> list[int]:
+        """Fill the batch with the chunks and decode it in `ctx` (where their slots' cells move first,
+        in prefix mode); returns each chunk's last batch index."""
         batch, indices, now = self.batch, [], time.perf_counter()
         batch.clear()
         for c in chunks:
+            self._contexts.place(c.seq.slot, ctx)
             seq, tokens = c.seq, c.seq.tokens
             if c.start == seq.n_cached and seq.prefilling:
                 seq.state.t_prompt = now
@@ -267,25 +309,26 @@ class Engine:
             for pos, token in enumerate(c.draft, c.start + 1):
                 index = batch.add(token, pos, seq.slot, True)
             indices.append(index)
-        self._decode(chunks)
+        self._decode(chunks, ctx)
         return indices
 
-    def _decode(self, chunks: list[Chunk]) -> None:
+    def _decode(self, chunks: list[Chunk], ctx) -> None:
         decoding = all(c.decodes for c in chunks)
         threads = self._tuned_threads(decoding)
         start = time.perf_counter()
-        status, stopped = self._watched_decode() if decoding else (self.batch.decode(self.ctx), False)
+        status, stopped = self._watched_decode(ctx) if decoding else (self.batch.decode(ctx), False)
         if stopped:  # llama.cpp took the step's tokens back out of the cache: the same step, one thread fewer
             self._tuner.stalled(time.perf_counter())
             threads = self._tuned_threads(decoding)
             start = time.perf_counter()
-            status = self.batch.decode(self.ctx)
+            status = self.batch.decode(ctx)
         if status != 0:
             raise LocalrunError(f"llama_decode failed with status {status} ({self.batch.n} tokens)")
         self.scheduler.commit(chunks)
         if self.scheduler.window:  # the window cache may have let old cells go
             for c in chunks:
-                self.scheduler.slots[c.seq.slot].first = max(0, L.llama_memory_seq_pos_min(self.memory, c.seq.slot))
+                slot = c.seq.slot
+                self.scheduler.slots[slot].first = max(0, L.llama_memory_seq_pos_min(self._contexts.memory(slot), slot))
         seconds = time.perf_counter() - start
         if self._tuner and decoding:
             self._decoded = (threads, self._decoded[1] + seconds)
@@ -301,16 +344,16 @@ class Engine:
             self._tuner.record(threads, self._step_decodes, seconds, end, self._cpu.sample(end))
             self._decoded = (threads, 0.0)
 
-    def _watched_decode(self) -> tuple[int, bool]:
+    def _watched_decode(self, ctx) -> tuple[int, bool]:
         """A decode step that the stall watch may stop once it runs past the tuner's limit while
         another program holds a core (`stallwatch.py`): llama_decode's status, and whether it was stopped."""
         # the whole step's usual length: a call that holds part of a split step's tokens (`decodecalls`)
         # still pays a whole pass over the weights, and a lone long cache's row costs more than the average
         limit = self._tuner.stall_limit(self._step_decodes) if self._stall else None
         if limit is None:
-            return self.batch.decode(self.ctx), False
+            return self.batch.decode(ctx), False
         self._stall.begin(limit)
-        status = self.batch.decode(self.ctx)
+        status = self.batch.decode(ctx)
         stopped = self._stall.end() and status == ABORTED
         return status, stopped
 
@@ -325,18 +368,18 @@ class Engine:
                 wanted = self._tuner.prompt_threads(self._cpu.sample(time.perf_counter(), across_idle=True))
             if wanted != self._threads:
                 self._threads = wanted
-                L.llama_set_n_threads(self.ctx, wanted, wanted)
+                self._contexts.set_threads(wanted)
         return self._threads
 
-    def _next_token(self, seq: Sequence, index: int) -> list[Event]:
-        """Sample one token for `seq` and turn it into events."""
+    def _next_token(self, seq: Sequence, index: int, ctx) -> list[Event]:
+        """Sample one token for `seq` from the logits at `index` of `ctx` and turn it into events."""
         st: _State = seq.state
         if seq.max_tokens == 0:  # prompt only (e.g. to warm the cache)
             st.t_first = time.perf_counter()
             return [self._finish(seq, "length")]
         want = st.request.sampling.logprobs
-        logprobs = log_softmax(logits_at(self.ctx, index, self.model.n_vocab)) if want is not None else None
-        token = st.sampler.take(st.forced.pop(0)) if st.forced else st.sampler.sample(self.ctx, index)
+        logprobs = log_softmax(logits_at(ctx, index, self.model.n_vocab)) if want is not None else None
+        token = st.sampler.take(st.forced.pop(0)) if st.forced else st.sampler.sample(ctx, index)
         if seq.n_generated == 0:
             st.t_first = time.perf_counter()
         seq.tokens.append(token)
@@ -352,7 +395,7 @@ class Engine:
             events.append(self._finish(seq, reason))
         return events
 
-    def _verify(self, chunk: Chunk, index: int) -> list[Event]:
+    def _verify(self, chunk: Chunk, index: int, ctx) -> list[Event]:
         """Sample along a drafted chunk while the model agrees with the draft.
 
         Row j's logits are the model's distribution after the next token and draft[:j], exactly as
@@ -367,7 +410,7 @@ class Engine:
         for j in range(len(draft) + 1):
             if j and not chunk.filler:
                 seq.drafter.accepted += 1  # draft[j - 1] was confirmed and its row is used
-            events.extend(self._next_token(seq, first + j))
+            events.extend(self._next_token(seq, first + j, ctx))
             if j == len(draft) or seq.status is Status.FINISHED or seq.tokens[-1] != draft[j]:
                 break
         trim = self.scheduler.settle(chunk, j)
@@ -536,7 +579,7 @@ class Engine:
             self._stall.close()
             self._stall = None
         if self.ctx:
-            L.llama_free(self.ctx)
+            self._contexts.free()
             self.ctx = None
         self.model.free()
 

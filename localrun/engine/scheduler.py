@@ -87,14 +87,15 @@ class Plan:
 
     `call_cost`: what another call for decode tokens costs, in cells one row attends over
     (`decodecalls.call_cost`); None: decode tokens always share one call. `cells`: a slot's KV stream size.
-    `least_rows`: flash attention's fewest rows in a long prompt's piece (`RowRules`, `least_piece`).
+    `rows`: flash attention's rules (`RowRules`): the fewest rows in a long prompt's piece
+    (`least_piece`), and in prefix mode which chunks go to the flash-attention context.
     """
 
     chunks: list[Chunk] = field(default_factory=list)
     edits: list[Trim | Copy] = field(default_factory=list)
     call_cost: float | None = None
     cells: int = 1 << 30
-    least_rows: int = 0
+    rows: RowRules = RowRules()
 
     def batches(self) -> list[list[Chunk]]:
         """The step as `llama_decode` calls: the decode tokens together (apart where a long cache would
@@ -108,11 +109,19 @@ class Plan:
         every later token, would differ from the same prompt run alone. Prompt pieces of equal length,
         each at least two tokens, are evaluated as they are alone; several of them in one micro-batch
         cost one pass over the weights instead of one each.
+
+        In prefix mode (`RowRules.prefix`) the chunks of the flash-attention context come first, in
+        calls of their own: a call goes to one context.
         """
+        flash = [c for c in self.chunks if self.rows.flash(c.start)]
+        rest = [c for c in self.chunks if not self.rows.flash(c.start)]
+        return self._calls(flash, split=False) + self._calls(rest, split=True)
+
+    def _calls(self, chunks: list[Chunk], split: bool) -> list[list[Chunk]]:
         decodes: list[Chunk] = []
         drafts: dict[int, list[Chunk]] = {}
         prompts: list[Chunk] = []
-        for c in self.chunks:
+        for c in chunks:
             if c.draft:
                 drafts.setdefault(c.n, []).append(c)
             elif c.decodes:
@@ -120,10 +129,11 @@ class Plan:
             else:
                 prompts.append(c)
         prompts.sort(key=lambda c: c.seq.slot)  # consecutive slots share micro-batches
-        return self._decode_calls(decodes) + list(drafts.values()) + _pieces(prompts, self.least_rows)
+        return self._decode_calls(decodes, split) + list(drafts.values()) + _pieces(prompts, self.rows)
 
-    def _decode_calls(self, decodes: list[Chunk]) -> list[list[Chunk]]:
-        if not decodes or self.call_cost is None:
+    def _decode_calls(self, decodes: list[Chunk], split: bool) -> list[list[Chunk]]:
+        """The flash-attention context skips masked cells: its decode tokens share one call."""
+        if not decodes or self.call_cost is None or not split:
             return [decodes] if decodes else []
         cuts = split_points([(c.seq.slot, c.start + 1) for c in decodes], self.call_cost, self.cells)
         return [decodes[a:b] for a, b in zip([0, *cuts], [*cuts, len(decodes)])]
@@ -149,11 +159,12 @@ def stairs(sizes: list[int], least: list[int] | None = None) -> list[list[tuple[
     return calls
 
 
-def _pieces(chunks: list[Chunk], least_rows: int) -> list[list[Chunk]]:
+def _pieces(chunks: list[Chunk], rows: RowRules) -> list[list[Chunk]]:
     """The prompt chunks cut into the calls `stairs` plans; only a chunk's last piece wants logits."""
     done = [0] * len(chunks)
     calls = []
-    for call in stairs([c.n for c in chunks], [least_piece(c.seq.n_prompt, least_rows) for c in chunks]):
+    least = [least_piece(c.seq.n_prompt, rows.least_rows_at(c.start, c.seq.n_prompt)) for c in chunks]
+    for call in stairs([c.n for c in chunks], least):
         pieces = []
         for i, n in call:
             c = chunks[i]
@@ -175,6 +186,19 @@ def least_piece(n_prompt: int, least_rows: int) -> int:
     """The fewest tokens a piece of this prompt may have (unless it is the whole rest): `least_rows`
     for a prompt that long (flash attention's tiled kernel, `flashrows`), else MIN_PREFILL."""
     return least_rows if least_rows and n_prompt >= least_rows else MIN_PREFILL
+
+
+def cached_keep(shared: int, n_prompt: int, rows: RowRules) -> int:
+    """How many of a prompt's first tokens to take from a slot that shares `shared` of them: a little
+    less where the rest would leave a piece under its least rows (a lone token, or under a tile before
+    the flash-attention prefix's end, `RowRules.prefix`), which the same prompt sent cold never has."""
+    end = n_prompt
+    if rows.prefix and n_prompt > rows.prefix:
+        keep = min(shared, n_prompt - MIN_PREFILL)
+        if keep >= rows.prefix:
+            return keep
+        end = rows.prefix  # the prefix's part must keep its tile from here on
+    return max(0, min(shared, end - least_piece(end, rows.least_rows_at(0, n_prompt))))
 
 
 def prefill_size(remaining: int, budget: int, least: int = MIN_PREFILL) -> int:
@@ -259,7 +283,7 @@ class Scheduler:
     def schedule(self, prompt_budget: PromptBudget | None = None) -> Plan:
         """Plan the next step. `prompt_budget`: the most prompt tokens it takes (`promptpace`); None: as
         many as the batch holds."""
-        plan = Plan(call_cost=self.call_cost, cells=self.ctx_size, least_rows=self.rows.least_rows)
+        plan = Plan(call_cost=self.call_cost, cells=self.ctx_size, rows=self.rows)
         self._admit(plan)
         budget = self.batch_size
         # Decode tokens first, prefill after: running streams keep flowing, and prompts take a bounded
@@ -289,6 +313,7 @@ class Scheduler:
         """Draft tokens for a decoding sequence: within the batch room left after the other decode
         tokens, within the context, and no more than the tokens it may still generate."""
         room = self.rows.max_draft(min(room, self.ctx_size - len(seq.tokens)))
+        room = self.rows.room(seq.n_evaluated, room + 1) - 1  # a draft stays on its side of the prefix
         if seq.max_tokens is not None:
             room = min(room, seq.max_tokens - seq.n_generated - 1)
         return seq.drafter.propose(seq.tokens, room) if room >= 1 else []
@@ -310,11 +335,12 @@ class Scheduler:
         return added
 
     def _least(self, seq: Sequence) -> int:
-        return least_piece(seq.n_prompt, self.rows.least_rows)
+        return least_piece(seq.n_prompt, self.rows.least_rows_at(seq.n_evaluated, seq.n_prompt))
 
     def _prefill_size(self, seq: Sequence, budget: int) -> int:
-        """Exactness first (no piece too short), progress always: an otherwise empty batch takes what fits."""
-        remaining = seq.prompt_left
+        """Exactness first (no piece too short), progress always: an otherwise empty batch takes what
+        fits. A prompt's piece ends at the flash-attention prefix's end (`RowRules.prefix`)."""
+        remaining = self.rows.room(seq.n_evaluated, seq.prompt_left)
         return (prefill_size(remaining, budget, self._least(seq))
                 or (min(remaining, budget) if budget == self.batch_size else 0))
 
@@ -356,7 +382,7 @@ class Scheduler:
                 return
             seq = self.waiting.popleft()
             self._copy_best_prefix(slot, seq, plan)
-            keep = max(0, min(common_prefix(slot.tokens, seq.tokens), seq.n_prompt - self._least(seq)))
+            keep = cached_keep(common_prefix(slot.tokens, seq.tokens), seq.n_prompt, self.rows)
             keep = keep if self.can_cut and self._holds(slot, keep) else 0
             if keep < len(slot.tokens):
                 plan.edits.append(Trim(slot.id, keep))
@@ -417,5 +443,5 @@ class Scheduler:
         return max(free, key=key)
 
 
-__all__ = ["Chunk", "Copy", "Plan", "Scheduler", "Slot", "Trim", "common_prefix", "copy_min", "least_piece",
-           "stairs"]
+__all__ = ["Chunk", "Copy", "Plan", "Scheduler", "Slot", "Trim", "cached_keep", "common_prefix", "copy_min",
+           "least_piece", "stairs"]

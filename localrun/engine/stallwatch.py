@@ -36,7 +36,7 @@ class StallWatch:
     def __init__(self) -> None:
         self._flag = ctypes.create_string_buffer(2)
         self._callback = L.ggml_abort_callback(_strlen())
-        self._ctx = None
+        self._contexts: tuple = ()
         self._lock = threading.Lock()
         self._step: tuple[int, float, float] | None = None  # (number, began, limit in seconds)
         self._count = 0
@@ -50,10 +50,11 @@ class StallWatch:
         """Whether this machine has what the watch needs: libc's strlen and per-thread schedstat."""
         return _strlen() is not None and run_delay() is not None
 
-    def attach(self, ctx) -> None:
-        """Make this watch's flag the llama context's abort callback, until `close`."""
-        L.llama_set_abort_callback(ctx, self._callback, ctypes.cast(self._flag, ctypes.c_void_p))
-        self._ctx = ctx
+    def attach(self, *contexts) -> None:
+        """Make this watch's flag the llama contexts' abort callback, until `close`."""
+        for ctx in contexts:
+            L.llama_set_abort_callback(ctx, self._callback, ctypes.cast(self._flag, ctypes.c_void_p))
+        self._contexts = contexts
 
     def begin(self, limit: float) -> None:
         with self._lock:
@@ -78,9 +79,9 @@ class StallWatch:
 
     def close(self) -> None:
         """Stop watching; the context no longer asks this watch's flag (which goes with it)."""
-        if self._ctx is not None:
-            L.llama_set_abort_callback(self._ctx, L.ggml_abort_callback(), None)
-            self._ctx = None
+        for ctx in self._contexts:
+            L.llama_set_abort_callback(ctx, L.ggml_abort_callback(), None)
+        self._contexts = ()
         self._closed = True
         self._busy.set()
         self._thread.join()

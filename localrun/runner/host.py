@@ -223,7 +223,7 @@ class RunnerHost:
         engine = self.engine
         try:
             result = perplexity(engine.model, op.text, ctx=op.ctx, batch=op.batch, threads=engine.threads,
-                                kv_type=engine.settings.kv_cache_type, flash_attn=engine.flash_attn, stop=stop)
+                                kv_type=engine.settings.kv_cache_type, flash_attn=engine.main_flash_attn, stop=stop)
             self._result(rid, result)
         except LocalrunError as e:
             self._error(rid, e)

@@ -1,0 +1,88 @@
+"""The engine's llama contexts: one, or in prefix mode two over the same model and slots.
+
+In prefix mode (`flashrows`, `RowRules.prefix`) a sequence's first `PREFIX_CELLS` cells are computed
+in a context with flash attention whose KV streams hold no more than that, and its later cells in
+the main context without it. Each slot's cells live in one of them (its home); a chunk is evaluated
+in the context its first position belongs to, and when that is not the slot's home the cells move
+first: saved from one context, their values re-laid (`kvstate`), restored in the other. A move of
+256 SmolLM2 cells takes about 5 ms, once per sequence that outgrows the prefix (or back, when a
+slot's cache is cut to a prefix that short for a new prompt).
+
+Copies between slots are moves too in prefix mode: llama.cpp copies a stream only at the next
+`llama_decode` of its context, so a stream copied with `llama_memory_seq_cp` and then saved before
+that would be saved as it was before the copy.
+"""
+
+from __future__ import annotations
+
+import llama_cpp as L
+
+from localrun.engine.backend import seq_state, set_seq_state
+from localrun.engine.kvstate import relaid
+from localrun.errors import LocalrunError
+
+MAIN, FLASH = 0, 1
+
+
+class Contexts:
+    """`main`, and `flash` in prefix mode (else None). `homes[slot]`: the context holding its cells."""
+
+    def __init__(self, main, n_slots: int, flash=None) -> None:
+        self.main, self.flash = main, flash
+        self.all = [main] if flash is None else [main, flash]
+        self._memories = [L.llama_get_memory(ctx) for ctx in self.all]
+        self.homes = [MAIN] * n_slots
+
+    def of(self, flash: bool):
+        """The context for a chunk on this side of the prefix's end."""
+        return self.flash if flash and self.flash is not None else self.main
+
+    def home(self, slot: int):
+        return self.all[self.homes[slot]]
+
+    def memory(self, slot: int):
+        return self._memories[self.homes[slot]]
+
+    def place(self, slot: int, ctx) -> None:
+        """Make `ctx` the slot's home, moving its cells there if it holds any."""
+        where = self.all.index(ctx)
+        if where != self.homes[slot]:
+            self._move(slot, slot, where)
+
+    def copy(self, source: int, target: int) -> None:
+        """Make the target slot's cache a copy of the source's (in the source's home)."""
+        if self.flash is None:
+            L.llama_memory_seq_cp(self._memories[MAIN], source, target, -1, -1)
+        else:
+            self._move(source, target, self.homes[source])
+
+    def trim(self, slot: int, keep: int) -> bool:
+        """Cut the slot's cache back to its first `keep` tokens; False where llama.cpp cannot."""
+        return L.llama_memory_seq_rm(self.memory(slot), slot, keep, -1)
+
+    def set_threads(self, threads: int) -> None:
+        for ctx in self.all:
+            L.llama_set_n_threads(ctx, threads, threads)
+
+    def _move(self, source: int, target: int, where: int) -> None:
+        """Save the source slot's cells from its home, restore them as the target's in context
+        `where` (re-laid if that stores values the other way), and drop what the target had elsewhere."""
+        here = self.homes[source]
+        state = seq_state(self.all[here], source)
+        if target != source or where != here:
+            L.llama_memory_seq_rm(self._memories[self.homes[target]], target, -1, -1)
+        if source == target and where != here:
+            L.llama_memory_seq_rm(self._memories[here], source, -1, -1)
+        if where != here:
+            state = relaid(state, transposed=where == MAIN)
+        if not set_seq_state(self.all[where], target, state):
+            raise LocalrunError(f"llama.cpp could not move slot {source}'s cache")
+        self.homes[target] = where
+
+    def free(self) -> None:
+        for ctx in self.all:
+            L.llama_free(ctx)
+        self.all = []
+
+
+__all__ = ["FLASH", "MAIN", "Contexts"]
