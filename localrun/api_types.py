@@ -186,6 +186,7 @@ class RunningModel:
     context_length: int = 0
     parallel: int = 0
     kv_cache_type: str = ""  # f16, q8_0, q4_0
+    flash_attn: str = ""  # as the model runs: on, off, prefix (a sequence's first 256 cells), auto (llama.cpp's choice)
     threads: int | None = None  # the CPU threads it decodes with now; None when not told
     active_requests: int = 0
     speculative: int = 0  # draft tokens per step; 0 when off
@@ -198,7 +199,7 @@ class RunningModel:
         return {"name": self.name, "model": self.model, "size": self.size, "digest": self.digest,
                 "details": self.details.to_dict(), "expires_at": self.expires_at, "size_vram": self.size_vram,
                 "context_length": self.context_length, "parallel": self.parallel,
-                "kv_cache_type": self.kv_cache_type, "threads": self.threads,
+                "kv_cache_type": self.kv_cache_type, "flash_attn": self.flash_attn, "threads": self.threads,
                 "active_requests": self.active_requests, "speculative": self.speculative,
                 "speculative_exact": self.speculative_exact, "safe_mode": self.safe_mode,
                 "extra_buffer_types": self.extra_buffer_types, "cpu": self.cpu}
@@ -211,7 +212,7 @@ class RunningModel:
         return cls(name, _str(data.get("model")) or name, _int(data.get("size")), _str(data.get("digest")),
                    ModelDetails.from_dict(data.get("details")), _str(data.get("expires_at")),
                    _int(data.get("size_vram")), _int(data.get("context_length")), _int(data.get("parallel")),
-                   _str(data.get("kv_cache_type")), _int(data.get("threads")) or None,
+                   _str(data.get("kv_cache_type")), _str(data.get("flash_attn")), _int(data.get("threads")) or None,
                    _int(data.get("active_requests")), _int(data.get("speculative")),
                    exact if isinstance(exact, bool) else None, data.get("safe_mode") is True,
                    _strings(data.get("extra_buffer_types")), _strings(data.get("cpu")))

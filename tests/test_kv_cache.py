@@ -3,6 +3,8 @@ off, served and reported by `localrun ps`, and a perplexity cost that stays smal
 
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor
+
 import httpx
 import pytest
 
@@ -63,5 +65,30 @@ def test_daemon_serves_a_q8_0_cache_and_ps_reports_it(tmp_path):
         assert httpx.get(f"{daemon.url}/api/ps").json()["models"][0]["kv_cache_type"] == "q8_0"
         listing = run_cli("ps", env=daemon.env()).stdout.splitlines()
         assert "512 (KV q8_0)" in listing[1]
+    finally:
+        daemon.stop()
+
+
+def test_daemon_runs_flash_attention_over_a_prefix_and_ps_reports_it(tmp_path):
+    """`LOCALRUN_FLASH_ATTN=prefix` through a real daemon: two concurrent chats, one with a prompt
+    longer than the prefix (its cells move to the other context while it decodes beside the short
+    one), are answered in full, and `/api/ps` tells the mode in effect (batched answers equal solo ones:
+    tests/test_engine.py)."""
+    daemon = start_daemon(tmp_path / "home", {"LOCALRUN_FLASH_ATTN": "prefix", "LOCALRUN_PARALLEL": "2",
+                                              "LOCALRUN_CTX_SIZE": "1024"})
+    long = "Summarise these notes. " + " ".join(f"Note {i}: bed {i} grows beans." for i in range(40))
+    bodies = [{"model": "smollm2", "messages": [{"role": "user", "content": text}], "max_tokens": 12,
+               "temperature": 0, "ignore_eos": True} for text in (long, "Say hi.")]
+
+    def answer(body: dict) -> dict:
+        reply = httpx.post(f"{daemon.url}/v1/chat/completions", json=body, timeout=120)
+        assert reply.status_code == 200, reply.text
+        return reply.json()["usage"]
+
+    try:
+        with ThreadPoolExecutor(2) as pool:
+            usage = list(pool.map(answer, bodies))
+        assert usage[0]["prompt_tokens"] > 256 and [u["completion_tokens"] for u in usage] == [12, 12]
+        assert httpx.get(f"{daemon.url}/api/ps").json()["models"][0]["flash_attn"] == "prefix"
     finally:
         daemon.stop()

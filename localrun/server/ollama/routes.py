@@ -187,7 +187,7 @@ def _running(loaded: Loaded, health: Health | None) -> RunningModel:
         name=model.name, model=model.name, size=loaded.size, digest=t.digest_hex(model.digest),
         details=t.details(model), expires_at=_expires_at(loaded).isoformat(),
         size_vram=loaded.size if info.get("gpu_layers") else 0, context_length=options.ctx_size,
-        parallel=options.parallel, kv_cache_type=options.kv_cache_type,
+        parallel=options.parallel, kv_cache_type=options.kv_cache_type, flash_attn=info.get("flash_attn", ""),
         threads=health.threads if health else info.get("threads"), active_requests=loaded.pending,
         speculative=info.get("speculative", 0), speculative_exact=info.get("speculative_exact"),
         safe_mode=options.safe_mode, extra_buffer_types=info.get("extra_buffer_types", []), cpu=info.get("cpu", []),
