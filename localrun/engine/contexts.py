@@ -18,7 +18,7 @@ from __future__ import annotations
 import llama_cpp as L
 
 from localrun.engine.backend import seq_state, set_seq_state
-from localrun.engine.kvstate import relaid
+from localrun.engine.kvstate import StateLayoutError, relaid
 from localrun.errors import LocalrunError
 
 MAIN, FLASH = 0, 1
@@ -36,9 +36,6 @@ class Contexts:
     def of(self, flash: bool):
         """The context for a chunk on this side of the prefix's end."""
         return self.flash if flash and self.flash is not None else self.main
-
-    def home(self, slot: int):
-        return self.all[self.homes[slot]]
 
     def memory(self, slot: int):
         return self._memories[self.homes[slot]]
@@ -69,12 +66,13 @@ class Contexts:
         `where` (re-laid if that stores values the other way), and drop what the target had elsewhere."""
         here = self.homes[source]
         state = seq_state(self.all[here], source)
-        if target != source or where != here:
-            L.llama_memory_seq_rm(self._memories[self.homes[target]], target, -1, -1)
-        if source == target and where != here:
-            L.llama_memory_seq_rm(self._memories[here], source, -1, -1)
+        L.llama_memory_seq_rm(self._memories[self.homes[target]], target, -1, -1)  # saved first: may be the source
         if where != here:
-            state = relaid(state, transposed=where == MAIN)
+            try:
+                state = relaid(state, transposed=where == MAIN)
+            except StateLayoutError as error:
+                raise LocalrunError(f"this model's KV cells cannot move between contexts ({error}): "
+                                    "set LOCALRUN_FLASH_ATTN to on or off") from None
         if not set_seq_state(self.all[where], target, state):
             raise LocalrunError(f"llama.cpp could not move slot {source}'s cache")
         self.homes[target] = where

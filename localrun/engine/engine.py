@@ -102,12 +102,15 @@ class Engine:
 
     def _flash_mode(self, resolved: str, plain_attention: bool) -> str:
         """Flash attention for a sequence's first cells only ("prefix", `flashrows`) needs a CPU, an f16
-        cache, a stream per slot and a model whose every layer attends over the whole cache; elsewhere
-        it is "off", which it equals past the prefix."""
+        cache, a stream per slot and a model whose every layer attends over the whole cache, with
+        cells of one position each (`kvstate` reads no M-RoPE positions); elsewhere it is "off", which
+        it equals past the prefix."""
         s = self.settings
         if resolved != "prefix":
             return resolved
-        fits = plain_attention and s.kv_cache_type == "f16" and not s.kv_unified and not self.model.gpu_layers
+        one_position = L.llama_model_rope_type(self.model.ptr) not in (L.LLAMA_ROPE_TYPE_MROPE, L.LLAMA_ROPE_TYPE_IMROPE)
+        fits = (plain_attention and one_position and s.kv_cache_type == "f16" and not s.kv_unified
+                and not self.model.gpu_layers)
         return "prefix" if fits else "off"
 
     def _drafts_exact(self, rows: RowRules) -> bool:
