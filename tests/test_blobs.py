@@ -95,7 +95,7 @@ def test_an_uploaded_file_is_quantized_on_create_and_a_failed_create_changes_not
     shown = client.show("uploaded-q8")
     assert shown.details.quantization_level == "Q8_0" and 'SYSTEM "Be brief."' in shown.modelfile
     answer = client.generate(model="uploaded-q8", prompt="Name a colour.", options={"num_predict": 4})
-    assert answer.eval_count == 4
+    assert answer.response and 1 <= answer.eval_count <= 4  # sampled: "Be brief." may end it sooner
 
 
 def test_an_upload_far_over_the_body_limit_streams_to_disk_while_json_bodies_stay_bounded(served, tiny):
