@@ -209,26 +209,35 @@ def test_a_long_cache_decodes_in_a_call_of_its_own_and_every_answer_equals_solo(
         assert [tokens[f"b{i}"] for i in range(8)] == alone
 
 
+def logprobs_alone_and_batched(path, flash_attn: str, mid_pairs: int, lengths: list[int]):
+    """Greedy answers to a 278-token prompt, a middle one (`mid_pairs` pairs of list rows) and six
+    short ones, answering `lengths` tokens each: the prompts, every chosen token's log-probability
+    alone (one slot) and batched (eight), and the flash attention the engine ran with."""
+    settings = dict(ctx_size=1024, threads=2, flash_attn=flash_attn)
+    logged = dict(logprobs=0, **GREEDY)
+    with Engine(str(path), EngineSettings(parallel=1, **settings)) as alone_engine:
+        mode = alone_engine.info["flash_attn"]
+        rows = " ".join(f"Row {i}: {c}." for i, c in enumerate(["figs", "pears"] * mid_pairs))
+        prompts = [alone_engine.tokenize(items(32)), alone_engine.tokenize("Describe this list. " + rows),
+                   *(alone_engine.tokenize(p) for p in PROMPTS[:6])]
+        alone = [[e.logprob for e in generate(alone_engine, p, f"s{i}", max_tokens=n, **logged).events]
+                 for i, (p, n) in enumerate(zip(prompts, lengths))]
+    with Engine(str(path), EngineSettings(parallel=8, **settings)) as eng:
+        for i, (p, n) in enumerate(zip(prompts, lengths)):
+            eng.add(Request(f"b{i}", p, SamplingParams(max_tokens=n, **logged)))
+        runs = drain(eng, {})
+    return prompts, alone, [[e.logprob for e in runs[f"b{i}"].events] for i in range(8)], mode
+
+
 def test_with_flash_attention_every_logit_batched_equals_solo(smollm2_path):
     """CPU flash attention sums a row in another order in a piece of 64+ rows, in fewer, and for a lone
     row over 512+ cells (`flashrows`): a 278-token prompt cut into pieces beside short prompts, and its
     answer's tokens decoded beside others and then alone, keep every chosen token's log-probability
     bit for bit. Two threads: with one, the lone row's split path is the one-row kernel."""
-    settings = dict(ctx_size=1024, threads=2, flash_attn="on")
-    logged = dict(logprobs=0, **GREEDY)
-    with Engine(str(smollm2_path), EngineSettings(parallel=1, **settings)) as alone_engine:
-        long_prompt = alone_engine.tokenize(items(32))
-        mid = alone_engine.tokenize("Describe this list. " + " ".join(f"Row {i}: {c}." for i, c in enumerate(["figs", "pears"] * 9)))
-        prompts = [long_prompt, mid, *(alone_engine.tokenize(p) for p in PROMPTS[:6])]
-        assert len(long_prompt) > 256 and 64 < len(mid) < 256
-        lengths = [48, 32] + [12] * 6  # the long answer decodes alone at the end
-        alone = [[e.logprob for e in generate(alone_engine, p, f"s{i}", max_tokens=n, **logged).events]
-                 for i, (p, n) in enumerate(zip(prompts, lengths))]
-    with Engine(str(smollm2_path), EngineSettings(parallel=8, **settings)) as eng:
-        for i, (p, n) in enumerate(zip(prompts, lengths)):
-            eng.add(Request(f"b{i}", p, SamplingParams(max_tokens=n, **logged)))
-        runs = drain(eng, {})
-    assert [[e.logprob for e in runs[f"b{i}"].events] for i in range(8)] == alone
+    lengths = [48, 32] + [12] * 6  # the long answer decodes alone at the end
+    prompts, alone, batched, _ = logprobs_alone_and_batched(smollm2_path, "on", 9, lengths)
+    assert len(prompts[0]) > 256 and 64 < len(prompts[1]) < 256
+    assert batched == alone
 
 
 def test_with_flash_attention_over_a_prefix_every_logit_batched_equals_solo(smollm2_path):
@@ -236,22 +245,11 @@ def test_with_flash_attention_over_a_prefix_every_logit_batched_equals_solo(smol
     in a flash-attention context, the rest in one without. A 278-token prompt is cut at the boundary,
     a 150-token one's answer crosses it while decoding, and each moves its cells over; every chosen
     token's log-probability equals the same request's alone, bit for bit."""
-    settings = dict(ctx_size=1024, threads=2, flash_attn="prefix")
-    logged = dict(logprobs=0, **GREEDY)
-    with Engine(str(smollm2_path), EngineSettings(parallel=1, **settings)) as alone_engine:
-        assert alone_engine.flash_attn == "prefix" and alone_engine.info["flash_attn"] == "prefix"
-        long_prompt = alone_engine.tokenize(items(32))
-        mid = alone_engine.tokenize("Describe this list. " + " ".join(f"Row {i}: {c}." for i, c in enumerate(["figs", "pears"] * 12)))
-        prompts = [long_prompt, mid, *(alone_engine.tokenize(p) for p in PROMPTS[:6])]
-        lengths = [24, 140] + [12] * 6
-        assert len(long_prompt) > 256 and len(mid) < 256 < len(mid) + lengths[1]
-        alone = [[e.logprob for e in generate(alone_engine, p, f"s{i}", max_tokens=n, **logged).events]
-                 for i, (p, n) in enumerate(zip(prompts, lengths))]
-    with Engine(str(smollm2_path), EngineSettings(parallel=8, **settings)) as eng:
-        for i, (p, n) in enumerate(zip(prompts, lengths)):
-            eng.add(Request(f"b{i}", p, SamplingParams(max_tokens=n, **logged)))
-        runs = drain(eng, {})
-    assert [[e.logprob for e in runs[f"b{i}"].events] for i in range(8)] == alone
+    lengths = [24, 140] + [12] * 6
+    prompts, alone, batched, mode = logprobs_alone_and_batched(smollm2_path, "prefix", 12, lengths)
+    assert mode == "prefix"
+    assert len(prompts[0]) > 256 and len(prompts[1]) < 256 < len(prompts[1]) + lengths[1]
+    assert batched == alone
 
 
 def test_with_flash_attention_over_a_prefix_a_reused_prefix_moves_between_contexts(smollm2_path):

@@ -76,7 +76,7 @@ class Engine:
         window = L.llama_model_n_swa(self.model.ptr)
         self.flash_attn = self._flash_mode(resolve_flash_attn(settings.flash_attn, settings.kv_cache_type, has_gpu()),
                                            plain_attention=can_cut and not window)
-        self.rows = rows = self._row_rules()
+        rows = self._row_rules()
         try:
             self.speculative_exact = self._drafts_exact(rows) if settings.speculative and self.can_draft else None
             self._contexts = self._new_contexts()
@@ -254,7 +254,7 @@ class Engine:
         for edit in plan.edits:
             self._edit_cache(edit)
         for chunks in plan.batches():
-            ctx = self._contexts.of(self.rows.flash(chunks[0].start))
+            ctx = self._contexts.of(self.scheduler.rows.flash(chunks[0].start))
             indices = self._evaluate(chunks, ctx)
             for chunk, index in zip(chunks, indices):
                 events.extend(self._sample(chunk, index, ctx))
