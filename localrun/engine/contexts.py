@@ -17,7 +17,8 @@ from __future__ import annotations
 
 import llama_cpp as L
 
-from localrun.engine.backend import seq_state, set_seq_state
+from localrun.config import PREFIX_CELLS
+from localrun.engine.backend import Model, new_context, seq_state, set_seq_state
 from localrun.engine.kvstate import StateLayoutError, relaid
 from localrun.errors import LocalrunError
 
@@ -83,4 +84,24 @@ class Contexts:
         self.all = []
 
 
-__all__ = ["FLASH", "MAIN", "Contexts"]
+def open_contexts(model: Model, flash_attn: str, *, n_slots: int, ctx_size: int, batch_size: int, threads: int,
+                  kv_type: str, kv_unified: bool = False, swa_full: bool = True) -> Contexts:
+    """The main context of `ctx_size` cells per slot, with `flash_attn` ("on", "off", "auto"; off in
+    prefix mode), and in prefix mode the flash-attention one for every slot's first cells."""
+    prefix = flash_attn == "prefix"
+    main = new_context(model, n_ctx=n_slots * ctx_size, n_batch=batch_size, n_seq_max=n_slots, threads=threads,
+                       flash_attn="off" if prefix else flash_attn, kv_type=kv_type, kv_unified=kv_unified,
+                       swa_full=swa_full)
+    if not prefix:
+        return Contexts(main, n_slots)
+    try:
+        cells = n_slots * PREFIX_CELLS
+        flash = new_context(model, n_ctx=cells, n_batch=min(batch_size, cells), n_seq_max=n_slots, threads=threads,
+                            flash_attn="on", kv_type=kv_type)
+    except Exception:
+        L.llama_free(main)
+        raise
+    return Contexts(main, n_slots, flash)
+
+
+__all__ = ["FLASH", "MAIN", "Contexts", "open_contexts"]

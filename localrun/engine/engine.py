@@ -15,15 +15,15 @@ from typing import Any, Iterator
 import llama_cpp as L
 
 from localrun.engine import chat_template
-from localrun.engine.backend import Batch, Model, extra_buffer_types, has_gpu, init_backend, new_context
-from localrun.engine.contexts import Contexts
+from localrun.engine.backend import Batch, Model, extra_buffer_types, has_gpu, init_backend
+from localrun.engine.contexts import open_contexts
 from localrun.engine.cpuuse import CpuMeter
 from localrun.engine.decodecalls import call_cost
 from localrun.engine.detokenizer import Detokenizer
 from localrun.engine.drafts import Drafter
 from localrun.engine.embed import Embedder
 from localrun.engine.events import Event, Finished, Timings, Token
-from localrun.engine.flashrows import PREFIX_CELLS, RowRules, row_rules
+from localrun.engine.flashrows import RowRules, row_rules
 from localrun.engine.rowcheck import rows_alike
 from localrun.engine.logprobs import log_softmax, logits_at, top_n
 from localrun.engine.sampler import Sampler
@@ -79,7 +79,10 @@ class Engine:
         rows = self._row_rules()
         try:
             self.speculative_exact = self._drafts_exact(rows) if settings.speculative and self.can_draft else None
-            self._contexts = self._new_contexts()
+            self._contexts = open_contexts(self.model, self.flash_attn, n_slots=settings.parallel,
+                                           ctx_size=settings.ctx_size, batch_size=settings.batch_size,
+                                           threads=self._threads, kv_type=settings.kv_cache_type,
+                                           kv_unified=settings.kv_unified, swa_full=False)
         except Exception:
             self.model.free()
             raise
@@ -119,24 +122,6 @@ class Engine:
         kinds = ("on", "off") if self.flash_attn == "prefix" else (self.flash_attn,)
         return all(rows_alike(self.model, rows.max_draft(self.settings.speculative) + 1, threads=self._threads,
                               flash_attn=kind, kv_type=self.settings.kv_cache_type) for kind in kinds)
-
-    def _new_contexts(self) -> Contexts:
-        """The main context, and in prefix mode the flash-attention one for every slot's first cells."""
-        s = self.settings
-        prefix = self.flash_attn == "prefix"
-        main = new_context(self.model, n_ctx=s.parallel * s.ctx_size, n_batch=s.batch_size, n_seq_max=s.parallel,
-                           threads=self._threads, flash_attn="off" if prefix else self.flash_attn,
-                           kv_type=s.kv_cache_type, kv_unified=s.kv_unified, swa_full=False)
-        if not prefix:
-            return Contexts(main, s.parallel)
-        try:
-            cells = s.parallel * PREFIX_CELLS
-            flash = new_context(self.model, n_ctx=cells, n_batch=min(s.batch_size, cells), n_seq_max=s.parallel,
-                                threads=self._threads, flash_attn="on", kv_type=s.kv_cache_type)
-        except Exception:
-            L.llama_free(main)
-            raise
-        return Contexts(main, s.parallel, flash)
 
     def _warm_up(self, ctx) -> None:
         """Evaluate a few rows once at load, as llama-server does: the weights are paged in before the
@@ -518,20 +503,22 @@ class Engine:
         """Sum of full-vocabulary log-probabilities of each option's tokens after the prompt.
 
         Runs at once on the caller's (the engine's) thread: the prompt is evaluated once (reusing
-        the previous scoring prompt's prefix) and every option is forked from it in one batch.
-        `scoring_cached_tokens` then tells how many prompt tokens were reused.
+        the previous scoring prompt's prefix) as generation evaluates it, and each option after it
+        (`scoring`). `scoring_cached_tokens` then tells how many prompt tokens were reused.
         """
         return self._get_scorer().score(prompt_tokens, options)
 
     def _get_scorer(self) -> Scorer:
         """The scoring context, created on first use."""
         if self._scorer is None:
-            self._scorer = Scorer(self.model, self.settings.ctx_size, self.settings.batch_size, self._threads)
+            s = self.settings
+            self._scorer = Scorer(self.model, s.ctx_size, s.batch_size, self._threads, self.flash_attn,
+                                  self.scheduler.rows, s.kv_cache_type)
         return self._scorer
 
     def prompt_logprobs(self, tokens: list[int], top: int = 0) -> list[tuple[float, list[tuple[int, float]]]]:
         """Log-probability of each prompt token after the first (and the `top` alternatives there),
-        on the scoring context: the same numbers `score` gives for those tokens."""
+        on the scoring contexts, the text evaluated as generation evaluates a prompt (`scoring`)."""
         return self._get_scorer().prompt_logprobs(tokens, top)
 
     @property

@@ -1,16 +1,20 @@
 """Exact option scoring: the log-probability of each candidate continuation of one prompt.
 
-The prompt's head (all but its last two tokens) is evaluated once, its cached prefix reused between
-calls; then each option is evaluated in one decode together with the prompt's last two tokens, its
-log-probabilities read, and removed again (`llama_memory_seq_rm`), so the next option sees exactly the
-same cells. Log-probabilities come from the full-vocabulary softmax of the raw logits: no temperature,
-no top-k. Results equal a plain evaluation of prompt + option in one batch and do not depend on the
-other options or their order.
+The prompt is evaluated once as generation evaluates it, its cached prefix reused between calls, and
+its last row's log-probabilities kept: they give every option's first token, the same number
+generation's log-probability of that token is. Then each option's other tokens are evaluated after
+the prompt, read, and removed again (`llama_memory_seq_rm`), so the next option sees exactly the same
+cells. Log-probabilities come from the full-vocabulary softmax of the raw logits: no temperature, no
+top-k. Results do not depend on the other options or their order, and equal evaluating the prompt,
+then the option, as two batches with the same kind of attention.
 
-Why the last two prompt tokens go with every option: llama.cpp's CPU kernels (flash attention off)
-compute a token evaluated alone differently from one in a batch of several (up to 0.8 in a logit), so
-no decode here is ever a single token: not an option of one token, not the rest of a prompt whose
-prefix was cached.
+Why "as generation evaluates it": how llama.cpp computes a row depends on the rows beside it in
+its decode. Without flash attention a token evaluated alone differs from one in a batch of several
+(up to 0.8 in a logit); with it, pieces of 64 rows or more take a tiled kernel (`flashrows`). So the
+prompt is cut into the pieces the scheduler's rules allow (`spans`): never a lone token unless it is
+the prompt's whole part on its side of the flash-attention prefix's end, a tile where the prompt is
+that long there, never across that end. In prefix mode the scorer has that mode's two contexts
+(`contexts`) and moves its sequence between them as the engine moves a slot's.
 
 Why not fork one sequence per option (`llama_memory_seq_cp`) and decode all options in one batch:
 with llama.cpp 0.3.36 that gives wrong numbers. Sequences forked from shared prompt cells and decoded
@@ -21,56 +25,51 @@ decode per option costs little next to the prompt evaluated once.
 
 from __future__ import annotations
 
-import llama_cpp as L
+import numpy as np
 
-from localrun.engine.backend import Model
+from localrun.engine.backend import Batch, Model
+from localrun.engine.contexts import open_contexts
+from localrun.engine.flashrows import RowRules
 from localrun.engine.logprobs import log_softmax, output_logits, top_n
-from localrun.engine.scheduler import common_prefix
-from localrun.engine.sidecontext import SideContext
-from localrun.errors import ContextOverflow, InvalidRequest
-
-
-TAIL = 2  # prompt tokens evaluated again with every option (see the module docstring)
+from localrun.engine.scheduler import MIN_PREFILL, cached_keep, common_prefix, least_piece, prefill_size
+from localrun.errors import ContextOverflow, InvalidRequest, LocalrunError
 
 
 class Scorer:
-    """Owns the scoring context; its one sequence holds the last prompt's head, for prefix reuse."""
+    """Owns the scoring contexts; its one sequence holds the last prompt scored, for prefix reuse."""
 
-    def __init__(self, model: Model, ctx_size: int, batch_size: int, threads: int) -> None:
-        self.model, self.ctx_size, self.batch_size = model, ctx_size, batch_size
-        self.side = SideContext(model, "scoring", n_ctx=ctx_size, n_batch=batch_size, n_seq_max=1, threads=threads,
-                                flash_attn="off")
-        self.memory, self.batch = self.side.memory, self.side.batch
-        self.cached: list[int] = []  # the prompt head sequence 0 holds
+    def __init__(self, model: Model, ctx_size: int, batch_size: int, threads: int, flash_attn: str,
+                 rows: RowRules, kv_type: str) -> None:
+        """`flash_attn` and `rows`: the engine's mode and schedule rules, so that rows compute as its do."""
+        self.model, self.ctx_size, self.batch_size, self.rows = model, ctx_size, batch_size, rows
+        self.contexts = open_contexts(model, flash_attn, n_slots=1, ctx_size=ctx_size, batch_size=batch_size,
+                                      threads=threads, kv_type=kv_type)
+        self.batch = Batch(batch_size)
+        self.cached: list[int] = []  # the prompt sequence 0 holds
+        self.last_row: np.ndarray | None = None  # its last row's log-probabilities
         self.n_cached = 0  # prompt tokens reused by the last call
 
     def score(self, prompt: list[int], options: list[list[int]]) -> list[float]:
         """Sum of log-probabilities of each option's tokens following the prompt, in the given order."""
         self._check(prompt, options)
-        head, tail = prompt[:-TAIL], prompt[-TAIL:]
-        self._prefill(head)
-        return [self._score_option(tail, option, len(head)) for option in options]
+        first = self._prefill(prompt)
+        return [float(first[option[0]]) + self._rest(prompt, option) for option in options]
 
     def prompt_logprobs(self, tokens: list[int], top: int) -> list[tuple[float, list[tuple[int, float]]]]:
         """For each token after the first: its log-probability given the tokens before it, and the
         `top` most likely tokens there (id, log-probability). What evaluation harnesses call the
-        log-likelihood of a text; the same numbers `score` gives for those tokens as an option."""
+        log-likelihood of a text; the same numbers `score` gives for a one-token prompt's option."""
         if len(tokens) > self.ctx_size:
             raise ContextOverflow(f"prompt ({len(tokens)} tokens) exceeds the context of {self.ctx_size}")
-        L.llama_memory_seq_rm(self.memory, 0, -1, -1)
-        self.cached, self.n_cached = [], 0
+        self._forget(0)
         rows: list[tuple[float, list[tuple[int, float]]]] = []
-        for start, size in _chunks(len(tokens), self.batch_size):
-            self.batch.clear()
-            for pos in range(start, start + size):
-                self.batch.add(tokens[pos], pos, 0, True)
-            self.side.decode()
-            logprobs = log_softmax(output_logits(self.side.ctx, size, self.model.n_vocab))
+        for start, size in spans(0, len(tokens), len(tokens), self.rows, self.batch_size):
+            logprobs = self._decode(tokens, start, size, outputs_from=start)
             for j in range(size):
                 following = start + j + 1
                 if following < len(tokens):
                     rows.append((float(logprobs[j, tokens[following]]), top_n(logprobs[j], top)))
-        L.llama_memory_seq_rm(self.memory, 0, -1, -1)
+        self._forget(0)
         return rows
 
     def _check(self, prompt: list[int], options: list[list[int]]) -> None:
@@ -79,51 +78,74 @@ class Scorer:
         if not options or any(not o for o in options):
             raise InvalidRequest("scoring needs at least one option, and no empty option")
         longest = max(map(len, options))
-        if TAIL + longest > self.batch_size:
-            raise InvalidRequest(f"an option is {longest} tokens; at most {self.batch_size - TAIL} are scored")
+        if MIN_PREFILL + longest > self.batch_size:
+            raise InvalidRequest(f"an option is {longest} tokens; at most {self.batch_size - MIN_PREFILL} are scored")
         if len(prompt) + longest > self.ctx_size:
             raise ContextOverflow(f"prompt ({len(prompt)} tokens) plus the longest option ({longest}) exceed "
                                   f"the context of {self.ctx_size}")
 
-    def _prefill(self, head: list[int]) -> None:
-        """Bring sequence 0 to exactly `head`, evaluating only what the previous head does not share."""
-        keep = common_prefix(self.cached, head)
-        if 0 < len(head) - keep < TAIL:
-            keep = max(0, len(head) - TAIL)  # never evaluate a lone token
-        L.llama_memory_seq_rm(self.memory, 0, keep, -1)
-        self.cached, self.n_cached = head[:keep], keep
-        for start, size in _chunks(len(head) - keep, self.batch_size):
-            self.batch.clear()
-            for pos in range(keep + start, keep + start + size):
-                self.batch.add(head[pos], pos, 0, False)
-            self.side.decode()
-            self.cached = head[: keep + start + size]
+    def _prefill(self, prompt: list[int]) -> np.ndarray:
+        """Bring sequence 0 to exactly `prompt`, evaluating only what the cached prompt does not share
+        (as the scheduler would, `cached_keep`); the prompt's last row's log-probabilities."""
+        if prompt == self.cached and self.last_row is not None:
+            self.n_cached = len(prompt)
+            return self.last_row
+        n = len(prompt)
+        keep = cached_keep(common_prefix(self.cached, prompt), n, self.rows)
+        self._forget(keep)
+        self.n_cached = keep
+        for start, size in spans(keep, n, n, self.rows, self.batch_size):
+            logprobs = self._decode(prompt, start, size, outputs_from=n - 1)
+            self.cached = prompt[:start + size]
+        self.last_row = logprobs[-1].copy()
+        return self.last_row
 
-    def _score_option(self, tail: list[int], option: list[int], at: int) -> float:
-        """Evaluate the prompt's tail and the option (but its last token) after the head, read the
-        option's log-probabilities, and remove them again."""
-        tokens = tail + option[:-1]
+    def _rest(self, prompt: list[int], option: list[int]) -> float:
+        """The log-probability of the option's tokens after its first: its rows evaluated after the
+        prompt's, read, and removed again."""
+        n, tokens = len(prompt), prompt + option
+        total = 0.0
+        for start, size in spans(n, len(tokens) - 1, n, self.rows, self.batch_size):
+            logprobs = self._decode(tokens, start, size, outputs_from=start)
+            total += float(sum(logprobs[j, tokens[start + j + 1]] for j in range(size)))
+        self.contexts.trim(0, n)
+        return total
+
+    def _decode(self, tokens: list[int], start: int, size: int, outputs_from: int) -> np.ndarray:
+        """Evaluate tokens[start:start + size] after the cells sequence 0 holds, in the context their
+        side of the prefix's end belongs to; the log-probabilities of the rows from `outputs_from` on."""
+        ctx = self.contexts.of(self.rows.flash(start))
+        self.contexts.place(0, ctx)
         self.batch.clear()
-        for j, token in enumerate(tokens):
-            self.batch.add(token, at + j, 0, j >= len(tail) - 1)
-        self.side.decode()
-        rows = log_softmax(output_logits(self.side.ctx, len(option), self.model.n_vocab))
-        L.llama_memory_seq_rm(self.memory, 0, at, -1)
-        return float(sum(rows[j, token] for j, token in enumerate(option)))
+        for pos in range(start, start + size):
+            self.batch.add(tokens[pos], pos, 0, pos >= outputs_from)
+        status = self.batch.decode(ctx)
+        if status != 0:
+            raise LocalrunError(f"scoring failed: llama_decode returned {status}")
+        outputs = start + size - max(start, outputs_from)
+        return log_softmax(output_logits(ctx, outputs, self.model.n_vocab)) if outputs > 0 else np.empty((0, 0))
+
+    def _forget(self, keep: int) -> None:
+        """Cut sequence 0 back to its first `keep` tokens."""
+        self.contexts.trim(0, keep)
+        self.cached, self.last_row = self.cached[:keep], None
 
     def close(self) -> None:
-        self.side.close()
+        self.batch.free()
+        self.contexts.free()
 
 
-def _chunks(n: int, size: int):
-    """(start, length) pieces of n tokens, at most `size` long, none of them a lone token."""
-    start = 0
-    while start < n:
-        length = min(size, n - start)
-        if n - start - length == 1:
-            length -= 1
-        yield start, length
-        start += length
+def spans(start: int, end: int, n_prompt: int, rows: RowRules, most: int) -> list[tuple[int, int]]:
+    """(first position, tokens) pieces of positions [start, end) of a prompt of `n_prompt` tokens, or
+    of an option after it, cut as the scheduler cuts a prompt alone in a step of `most` tokens: none
+    across the prefix's end, none under its least rows unless that is all that is left on its side."""
+    out = []
+    while start < end:
+        left = rows.room(start, end - start)
+        size = prefill_size(left, most, least_piece(n_prompt, rows.least_rows_at(start, n_prompt))) or min(left, most)
+        out.append((start, size))
+        start += size
+    return out
 
 
-__all__ = ["Scorer"]
+__all__ = ["Scorer", "spans"]

@@ -1,4 +1,4 @@
-"""A llama context of its own beside the engine's, for one job: embeddings, option scoring, perplexity
+"""A llama context of its own beside the engine's, for one job: embeddings, perplexity
 or the row probe. Each needs the same lifecycle: a context and one batch over the shared model, a
 decode that raises on failure, and both freed exactly once.
 """
