@@ -43,12 +43,18 @@ def load_cache_bytes(shape: KvShape, options: Any, ctx: int) -> int:
     of `ctx` tokens, as it cuts back to the prompt after each option; made once anything is scored or
     a prompt's logprobs are asked for) and embeddings' (engine/embed.py: `options.embed_ctx_size`
     tokens, or the trained length when shorter, so this may count a little more than a load holds).
-    With `LOCALRUN_FLASH_ATTN=prefix` the slots' first cells have a context of their own too
-    (engine/contexts.py), counted whether or not the model turns out to allow it."""
+    In prefix mode (`LOCALRUN_FLASH_ATTN=prefix`, and `auto` with an f16 cache: what it means on
+    CPUs) the slots' and scoring's first cells have a context of their own too (engine/contexts.py),
+    counted for every model without a sliding window and slots without a shared cache, whether or not
+    the machine (a GPU) and the model (a recurrent state) turn out to allow it: 256 cells a slot, a
+    small part of a load."""
     slots = cache_bytes(shape, options.kv_cache_type, ctx, options.parallel, options.batch_size, options.kv_unified)
-    if options.flash_attn == "prefix":
-        slots += cache_bytes(shape, "f16", min(ctx, PREFIX_CELLS), options.parallel, options.batch_size, swa_full=True)
     scoring = cache_bytes(shape, "f16", ctx, 1, options.batch_size, swa_full=True)
+    prefix_mode = options.flash_attn == "prefix" or (options.flash_attn == "auto" and options.kv_cache_type == "f16")
+    if prefix_mode and not shape.window and not options.kv_unified:
+        prefix = min(ctx, PREFIX_CELLS)
+        slots += cache_bytes(shape, "f16", prefix, options.parallel, options.batch_size, swa_full=True)
+        scoring += cache_bytes(shape, "f16", prefix, 1, options.batch_size, swa_full=True)
     return slots + scoring + cache_bytes(shape, "f16", options.embed_ctx_size, 1, options.batch_size, swa_full=True)
 
 

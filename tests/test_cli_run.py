@@ -86,8 +86,8 @@ def test_json_cut_off_by_max_tokens_fails_after_printing_it(daemon):
     assert done.returncode == 1 and done.stdout.strip()  # what came is shown, and the script learns it is cut
     assert done.stderr == "error: the answer was cut off by --max-tokens 3, so its JSON is incomplete; allow more " \
                           "tokens\n"
-    whole = run_cli("run", "smollm2", "Say hi as a JSON object.", "--format", "json", "--max-tokens", "200",
-                    "--temperature", "0", env=daemon.env())  # greedy: a sampled answer may ramble past 200
+    whole = run_cli("run", "smollm2", 'Reply with {"greeting": "hi"} as JSON.', "--format", "json", "--max-tokens",
+                    "200", "--temperature", "0", env=daemon.env())  # greedy: a sampled answer may ramble past 200
     assert whole.returncode == 0, whole.stderr
     json.loads(whole.stdout)
 

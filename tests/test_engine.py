@@ -12,6 +12,7 @@ import pytest
 from localrun.engine import Engine, EngineSettings, Finished, Request, Token, schema_to_grammar
 from localrun.engine.contexts import FLASH, MAIN
 from localrun.engine.cpuuse import CpuUse
+from localrun.engine.flashrows import TILE_ROWS
 from localrun.engine.scheduler import common_prefix
 from localrun.engine.threads import ThreadTuner
 from localrun.errors import ContextOverflow, InvalidRequest, ModelLoadError
@@ -83,10 +84,18 @@ def generate(engine: Engine, prompt: list[int] | str, rid: str = "r", **sampling
     return drain(engine, {})[rid]
 
 
+def llama_like(engine: Engine, path, n_ctx: int, **options) -> llama_cpp.Llama:
+    """llama-cpp-python computing as the engine does for sequences within their first 256 cells: with
+    flash attention in prefix mode (the default on CPUs), without it where the engine has it off."""
+    return llama_cpp.Llama(str(path), n_ctx=n_ctx, n_threads=THREADS, n_threads_batch=THREADS, verbose=False,
+                           flash_attn=engine.info["flash_attn"] == "prefix", **options)
+
+
 def test_greedy_matches_llama_cpp_python(engine, smollm2_path):
-    llm = llama_cpp.Llama(str(smollm2_path), n_ctx=1024, n_threads=THREADS, n_threads_batch=THREADS, verbose=False)
+    llm = llama_like(engine, smollm2_path, 1024)
     for i, prompt in enumerate(PROMPTS[:5]):
         tokens = engine.tokenize(prompt)
+        assert len(tokens) + 64 < 256
         ours = generate(engine, tokens, f"g{i}", max_tokens=64, **GREEDY)
         ref = llm.create_completion(tokens, max_tokens=64, temperature=0.0)
         assert ours.text == ref["choices"][0]["text"], prompt
@@ -132,9 +141,10 @@ def test_long_prompt_arriving_while_others_decode(smollm2_path, solo):
 
 
 def test_a_long_prompt_beside_a_stream_takes_a_slice_of_each_step_and_changes_no_answer(smollm2_path, solo):
-    """The batch (512 tokens) would hold the whole 300-token prompt in one step while the stream waits
-    for it; the prompt pace (`promptpace`) gives the prompt about 50 ms of each step instead, and
-    neither answer changes."""
+    """The batch (512 tokens) would hold the 256 tokens before the flash-attention prefix's end of a
+    300-token prompt in one step, and the rest in the next, while the stream waits for it; the prompt
+    pace (`promptpace`) gives the prompt about 50 ms of each step instead (at least two tiles of 64
+    rows: `promptpace.least_for`), and neither answer changes."""
     settings = EngineSettings(parallel=2, ctx_size=1024, threads=THREADS, prefill_slice_ms=50)
     with Engine(str(smollm2_path), settings) as eng:
         long_prompt = eng.tokenize(items(40))
@@ -152,7 +162,7 @@ def test_a_long_prompt_beside_a_stream_takes_a_slice_of_each_step_and_changes_no
         runs = drain(eng, {}, join)
     assert [runs["stream"].tokens, runs["long"].tokens] == alone
     slices = [b - a for a, b in zip([0, *evaluated], evaluated)]
-    assert len(slices) >= 4 and max(slices) <= 64, slices  # the stream had a token after each
+    assert len(slices) >= 3 and max(slices) <= 2 * TILE_ROWS, slices  # the stream had a token after each
 
 
 def test_a_chat_arriving_while_a_long_prompt_loads_alone_is_answered_first_and_changes_no_answer(smollm2_path, solo):
@@ -304,9 +314,10 @@ def test_concurrent_requests_with_one_prompt_evaluate_it_once_and_equal_solo(eng
     common = next(i for i, (x, y) in enumerate(zip(prompts[0], prompts[3])) if x != y)
     assert common >= 100
     cached = {rid: together[rid].finished.timings.cached_tokens for rid, _, _ in requests}
-    assert cached["c1"] == cached["c2"] == len(prompts[0]) - 2  # all but the last two prompt tokens copied
-    assert cached["d"] == common
-    assert cached["c0"] < len(prompts[0]) - 2  # the one that evaluated it
+    copied = len(prompts[0]) - TILE_ROWS  # all but the last tile (with flash attention off: all but two tokens)
+    assert cached["c1"] == cached["c2"] == copied
+    assert cached["d"] == min(common, len(prompts[3]) - TILE_ROWS)
+    assert cached["c0"] < copied  # the one that evaluated it
 
 
 def test_prefix_reuse_evaluates_only_new_tokens_and_equals_cold(smollm2_path):
@@ -339,7 +350,8 @@ def test_prefix_reuse_evaluates_only_new_tokens_and_equals_cold(smollm2_path):
 def test_a_new_chat_gets_the_template_copied_and_the_old_conversation_stays_cached(smollm2_path, solo):
     """Sharing only the chat template's start with a longer conversation, a new chat takes an empty
     slot and the shared tokens are copied there (a copy of 1024 cells saves 4+ tokens): it evaluates
-    only the rest, answers as from a cold cache, and the conversation's next turn still finds its cache."""
+    only the rest, answers as from a cold cache, and the conversation's next turn still finds its cache
+    (all but the last 64 tokens of a prompt under 256: flash attention's tile, `scheduler.cached_keep`)."""
     def chat(text: str) -> list[int]:
         return solo.tokenize(solo.render_chat([{"role": "user", "content": text}]))
 
@@ -353,7 +365,7 @@ def test_a_new_chat_gets_the_template_copied_and_the_old_conversation_stays_cach
         again = generate(eng, conversation + [1, 2], "c", max_tokens=1, **GREEDY)
     assert warm.finished.timings.cached_tokens == shared
     assert warm.tokens == generate(solo, new, "d", max_tokens=16, **GREEDY).tokens
-    assert again.finished.timings.cached_tokens == len(conversation)
+    assert again.finished.timings.cached_tokens == len(conversation) + 2 - TILE_ROWS  # a tile left to evaluate
 
 
 def test_stop_string_across_a_token_boundary(engine):
@@ -461,7 +473,7 @@ def test_end_of_generation_token_stops(engine):
 
 def test_logprobs_are_full_vocabulary_and_sorted(engine, smollm2_path):
     run = generate(engine, PROMPTS[1], max_tokens=6, logprobs=5, temperature=0.0)
-    llm = llama_cpp.Llama(str(smollm2_path), n_ctx=512, n_threads=THREADS, n_threads_batch=THREADS, verbose=False, logits_all=True)
+    llm = llama_like(engine, smollm2_path, 512, logits_all=True)
     ref = llm.create_completion(engine.tokenize(PROMPTS[1]), max_tokens=6, temperature=0.0, logprobs=5)
     ref_lp = ref["choices"][0]["logprobs"]["token_logprobs"]
     for event, expected in zip(run.events, ref_lp):
@@ -602,7 +614,7 @@ def test_info(engine):
     info = engine.info
     assert info["architecture"] == "llama" and info["n_vocab"] == 49152
     assert info["n_ctx"] == 8 * 1024 and info["parallel"] == 8 and info["threads"] == THREADS
-    assert info["flash_attn"] == "off" and not info["kv_unified"]  # the CPU build's deterministic choice
+    assert info["flash_attn"] == "prefix" and not info["kv_unified"]  # auto on a CPU, for a plain-attention model
     assert info["has_chat_template"] and info["eos_token"] == "<|im_end|>"
 
 

@@ -214,8 +214,9 @@ MIB = 2**20
 @pytest.mark.parametrize("trained, budget, ceiling, expected", [
     (8192, 0, 0, (8192, "its trained length")),  # no budget known: the trained length
     (8192, 2**31, 0, (8192, "its trained length")),
-    # (1 GiB - 100 MiB - 2048 x 30 KiB for embeddings) / (4 slots and the scoring context) / 30 KiB, in 256s
-    (131072, 2**30, 0, (5888, "the memory budget (LOCALRUN_MEMORY_BUDGET)")),
+    # (1 GiB - 100 MiB - 2048 x 30 KiB for embeddings - 5 x 256 x 30 KiB for the prefix contexts)
+    # / (4 slots and the scoring context) / 30 KiB, in 256s
+    (131072, 2**30, 0, (5632, "the memory budget (LOCALRUN_MEMORY_BUDGET)")),
     (131072, 2**30, 4096, (4096, "LOCALRUN_MAX_CTX")),
     (8192, 50 * MIB, 0, (256, "the memory budget (LOCALRUN_MEMORY_BUDGET)")),  # the weights alone do not fit
     (0, 2**30, 0, (4096, "its trained length is unknown")),
@@ -232,8 +233,9 @@ def test_a_model_loads_with_its_trained_context_unless_memory_or_a_setting_says_
         for name, trained in (("a", 2048), ("b", 65536)):
             m.store.models[name].facts = Facts(context_length=trained, kv_bytes_per_token=1024)
         await use(m, "a", "b")
-        # b: (64 MiB - 1000 B - 2048 x 1 KiB for embeddings) / 1 KiB for the slot and 1 KiB for scoring, in 256s
-        assert [x.options.ctx_size for x in spawned] == [2048, 31488]
+        # b: (64 MiB - 1000 B - 2048 x 1 KiB for embeddings - 2 x 256 x 1 KiB for the prefix contexts)
+        # / 1 KiB for the slot and 1 KiB for scoring, in 256s
+        assert [x.options.ctx_size for x in spawned] == [2048, 31232]
         with pytest.raises(InvalidRequest, match=r"b cannot be loaded: .* KV cache \(65536 tokens x 1 slots, f16, "
                                                  r"and the scoring and embeddings contexts'\) do not fit the memory "
                                                  r"budget of 0.1 GiB"):
@@ -261,12 +263,15 @@ def test_kv_cache_estimate_from_gguf_metadata():
     meta = {"block_count": 30, "embedding_length": 576, "attention.head_count": 9, "attention.head_count_kv": 3}
     per_token = kv_bytes_per_token(lambda key, default: meta.get(key, default))
     assert per_token == 30 * 3 * (64 + 64) * 2
-    f16 = EngineSettings(parallel=2, ctx_size=100, embed_ctx_size=50)
+    f16 = EngineSettings(parallel=2, ctx_size=100, embed_ctx_size=50, flash_attn="off")
     shape = KvShape(per_token)
     assert estimate_bytes(1000, shape, f16) == 1000 + per_token * (200 + 100 + 50)  # 2 slots, scoring, embeddings
-    assert estimate_bytes(1000, shape, replace(f16, kv_cache_type="q8_0")) < estimate_bytes(1000, shape, f16)
-    longer = replace(f16, ctx_size=1000, flash_attn="prefix")  # each slot's first 256 cells have a context too
-    assert estimate_bytes(1000, shape, longer) == 1000 + per_token * (2000 + 2 * 256 + 1000 + 50)
+    quantized = replace(f16, kv_cache_type="q8_0", flash_attn="on")
+    assert estimate_bytes(1000, shape, quantized) < estimate_bytes(1000, shape, f16)
+    longer = replace(f16, ctx_size=1000, flash_attn="prefix")  # the slots' and scoring's first 256 cells: twice
+    assert estimate_bytes(1000, shape, longer) == 1000 + per_token * (2000 + 2 * 256 + 1000 + 256 + 50)
+    assert estimate_bytes(1000, shape, replace(longer, flash_attn="auto")) == estimate_bytes(1000, shape, longer)
+    assert estimate_bytes(1000, KvShape(per_token, window=512), longer) == 1000 + per_token * (2000 + 1000 + 50)
     assert parse_size("8GiB") == 8 * 2**30 and parse_size("512MB") == 512 * 10**6
 
 

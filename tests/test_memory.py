@@ -52,8 +52,8 @@ def test_a_load_counts_its_slots_and_the_scoring_and_embeddings_contexts():
     slots = cache_bytes(GEMMA_SHAPE, "f16", 4096, 2, 512)
     sides = 18 * KIB * (4096 + 1024)  # both keep every cell
     assert load_cache_bytes(GEMMA_SHAPE, options, 4096) == slots + sides
-    plain = KvShape(30 * KIB)
-    assert load_cache_bytes(plain, options, 4096) == 30 * KIB * (4096 * 3 + 1024)
+    plain = KvShape(30 * KIB)  # and its slots' and scoring's first 256 cells in prefix mode, `auto` on CPUs
+    assert load_cache_bytes(plain, options, 4096) == 30 * KIB * (4096 * 3 + 1024 + 3 * 256)
 
 
 def test_gemma3s_automatic_context_is_its_trained_length_where_the_window_leaves_room():

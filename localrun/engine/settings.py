@@ -8,17 +8,17 @@ import os
 
 def resolve_flash_attn(setting: str, kv_cache_type: str, gpu_offload: bool) -> str:
     """What "auto" means here: on a GPU, llama.cpp's own choice; quantized KV needs flash attention;
-    on a CPU it is off, for speed: the scheduler keeps the CPU kernel exact when it is on
-    (`flashrows`), but that kernel's speed depends on the CPU. Over a short cache it is 5% faster on
-    an Intel Xeon, 26% on an AMD EPYC Zen 4, level on a Zen 3 (it skips the padding cells llama.cpp
-    attends over otherwise); over 1.4k tokens 1.6-1.8x slower on the Xeon and on the Zen 3, 7% faster
-    on the Zen 4 (docs/benchmarks.md).
+    on a CPU "prefix": flash attention for each sequence's first 256 cells, none after (`flashrows`),
+    which the engine turns "off" for models it does not fit. The CPU kernel is fastest over a short
+    cache (eight short chats 1.29x off on an AMD EPYC) and over a long one loses to attention without
+    it on some CPUs (decoding after 1.4k tokens 0.54-0.70x off on an Intel Xeon and two AMD EPYCs;
+    docs/benchmarks.md): prefix mode has the first's speed and the second's.
     """
     if setting != "auto":
         return setting
     if kv_cache_type != "f16":
         return "on"
-    return "auto" if gpu_offload else "off"
+    return "auto" if gpu_offload else "prefix"
 
 
 def physical_cores() -> int:
