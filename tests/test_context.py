@@ -10,9 +10,10 @@ import pytest
 from tests.daemon import start_daemon
 
 # SmolLM2 135M: 98 MB of weights, 23040 bytes of f16 KV cache per token, for the one slot and again for
-# the scoring context, and 47 MB for the embeddings context (2048 tokens). 250 MB leaves room for 2266
-# tokens, so the policy picks 2048 of its trained 8192.
-BUDGET = {"LOCALRUN_MEMORY_BUDGET": "250MB", "LOCALRUN_PARALLEL": "1"}
+# the scoring context, each with 256 more for its first cells in prefix mode (`auto` on CPUs), and 47 MB
+# for the embeddings context (2048 tokens). 256 MB leaves room for 2396 tokens, 2140 past the prefix,
+# so the policy picks 2048 of its trained 8192.
+BUDGET = {"LOCALRUN_MEMORY_BUDGET": "256MB", "LOCALRUN_PARALLEL": "1"}
 
 
 @pytest.fixture(scope="module")
