@@ -1,6 +1,6 @@
 """runner/bursts.py: when an idle runner waits for the rest of a burst, from arrival times alone."""
 
-from localrun.runner.bursts import MEMORY, Bursts
+from localrun.runner.bursts import GATHER_GAPS, MEMORY, Bursts
 
 
 def burst(bursts: Bursts, at: float) -> None:
@@ -50,3 +50,16 @@ def test_a_gap_of_zero_never_waits():
     bursts.arrived(1.000, idle=True)
     bursts.arrived(1.000, idle=False)
     assert bursts.wait() == 0
+
+
+def test_a_burst_the_daemon_spreads_over_a_few_gaps_is_one():
+    """A burst's second request 15 ms after a lead whose step already runs (the daemon, sharing the
+    cores with it, passes requests on more slowly than while the runner waits) tells a burst."""
+    bursts = Bursts(gap=0.010)
+    bursts.arrived(1.000, idle=True)
+    bursts.arrived(1.015, idle=False)
+    assert bursts.wait() == 0.010
+    late = Bursts(gap=0.010)
+    late.arrived(1.000, idle=True)
+    late.arrived(1.000 + GATHER_GAPS * 0.010 + 0.001, idle=False)  # later than a wait gathers at most
+    assert late.wait() == 0

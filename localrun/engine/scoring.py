@@ -58,7 +58,7 @@ class Scorer:
     def prompt_logprobs(self, tokens: list[int], top: int) -> list[tuple[float, list[tuple[int, float]]]]:
         """For each token after the first: its log-probability given the tokens before it, and the
         `top` most likely tokens there (id, log-probability). What evaluation harnesses call the
-        log-likelihood of a text; the same numbers `score` gives for a one-token prompt's option."""
+        log-likelihood of a text, computed as generation would compute it as a prompt."""
         if len(tokens) > self.ctx_size:
             raise ContextOverflow(f"prompt ({len(tokens)} tokens) exceeds the context of {self.ctx_size}")
         self._forget(0)
@@ -105,10 +105,12 @@ class Scorer:
         prompt's, read, and removed again."""
         n, tokens = len(prompt), prompt + option
         total = 0.0
-        for start, size in spans(n, len(tokens) - 1, n, self.rows, self.batch_size):
-            logprobs = self._decode(tokens, start, size, outputs_from=start)
-            total += float(sum(logprobs[j, tokens[start + j + 1]] for j in range(size)))
-        self.contexts.trim(0, n)
+        try:
+            for start, size in spans(n, len(tokens) - 1, n, self.rows, self.batch_size):
+                logprobs = self._decode(tokens, start, size, outputs_from=start)
+                total += float(sum(logprobs[j, tokens[start + j + 1]] for j in range(size)))
+        finally:  # a failed decode too: the cached prompt is reused as it is
+            self.contexts.trim(0, n)
         return total
 
     def _decode(self, tokens: list[int], start: int, size: int, outputs_from: int) -> np.ndarray:
