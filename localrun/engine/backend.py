@@ -240,7 +240,7 @@ def seq_state(ctx, seq_id: int) -> bytes:
     """One sequence's KV cells as llama.cpp saves them (positions, keys, values)."""
     size = L.llama_state_seq_get_size(ctx, seq_id)
     buf = (ctypes.c_uint8 * size)()
-    return bytes(buf[:L.llama_state_seq_get_data(ctx, buf, size, seq_id)])
+    return ctypes.string_at(buf, L.llama_state_seq_get_data(ctx, buf, size, seq_id))  # slicing made a list of ints
 
 
 def set_seq_state(ctx, seq_id: int, state: bytes) -> bool:
