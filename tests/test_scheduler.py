@@ -539,15 +539,16 @@ def test_a_short_prompt_arriving_while_a_long_one_loads_is_evaluated_in_the_next
 
 def test_without_streams_each_prompt_in_line_takes_its_own_share():
     """Prompts arriving together are evaluated together; a lone long prompt takes its share a step, so
-    a chat arriving meanwhile waits for a short step, not a whole batch."""
+    a chat arriving meanwhile waits for a short step, not a whole batch; in the step the chats join,
+    which they finish, the long prompt takes what it would beside their streams."""
     budget = PromptBudget(beside=4, each=20)
     s = Scheduler(n_slots=4, batch_size=64)
     s.add(seq("long", list(range(100, 150))))
     assert layout(run_step(s, budget=budget)) == [("long", 0, 20, 0)]
     for name in ("x", "y", "z"):
         s.add(seq(name, list(range(200, 215))))
-    assert layout(run_step(s, budget=budget)) == [("x", 0, 15, 1), ("y", 0, 15, 1), ("z", 0, 15, 1), ("long", 20, 19, 0)]
-    assert layout(s.schedule(budget)) == [("x", 15, 1, 1), ("y", 15, 1, 1), ("z", 15, 1, 1), ("long", 39, 4, 0)]
+    assert layout(run_step(s, budget=budget)) == [("x", 0, 15, 1), ("y", 0, 15, 1), ("z", 0, 15, 1), ("long", 20, 4, 0)]
+    assert layout(s.schedule(budget)) == [("x", 15, 1, 1), ("y", 15, 1, 1), ("z", 15, 1, 1), ("long", 24, 4, 0)]
 
 
 @pytest.mark.parametrize("least", [2, 64])
@@ -575,6 +576,20 @@ def test_a_prompt_stops_at_the_flash_prefix_end_and_goes_on_in_the_other_context
     assert layout(plan) == [("short", 3, 1, 1), ("long", 256, 44, 1)]
     assert [[c.seq.id for c in call] for call in plan.batches()] == [["short"], ["long"]]
     assert [PREFIX.flash(c.start) for c in plan.chunks] == [True, False]
+
+
+def test_prompts_in_line_ask_a_bounded_step_for_two_tiles_only_before_the_prefix_end():
+    """`prompt_tile`: the tile a prompt in line must take next, which sizes a bounded step's least
+    (`promptpace.least_for`): 64 while a long prompt is before position 256, none after it, none for
+    prompts under a tile, none when nothing waits."""
+    s = Scheduler(n_slots=2, batch_size=512, rows=PREFIX)
+    assert s.prompt_tile() == 0
+    s.add(seq("short", list(range(1, 31))))
+    assert s.prompt_tile() == 0
+    s.add(seq("long", list(range(1, 301))))
+    assert s.prompt_tile() == 64
+    run_step(s)  # the long one's first 256 tokens
+    assert s.prompt_tile() == 0
 
 
 @pytest.mark.parametrize("shared, n_prompt, keep", [

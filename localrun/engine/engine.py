@@ -98,7 +98,7 @@ class Engine:
         self.scheduler = Scheduler(settings.parallel, settings.batch_size, settings.ctx_size, can_cut, share=True,
                                    window=window, call_cost=self._decode_call_cost(can_cut and not window),
                                    rows=rows, copy_min=copy_min(0 if settings.kv_unified else settings.ctx_size))
-        self._pace = PromptPace(settings.prefill_slice_ms / 1000, least_for(rows.least_rows), settings.batch_size)
+        self._pace = PromptPace(settings.prefill_slice_ms / 1000, settings.batch_size)
         self._embedder: Embedder | None = None
         self._scorer: Scorer | None = None
         self._eog: list[int] | None = None
@@ -234,7 +234,7 @@ class Engine:
         Raises LocalrunError if llama.cpp fails to decode; the engine should then be closed.
         """
         events = self._reap_cancelled()
-        plan = self.scheduler.schedule(self._pace.budget())
+        plan = self.scheduler.schedule(self._pace.budget(least_for(self.scheduler.prompt_tile())))
         self._step_decodes = sum(1 for c in plan.chunks if c.decodes)
         for edit in plan.edits:
             self._edit_cache(edit)
@@ -321,7 +321,7 @@ class Engine:
         if self._tuner and decoding:
             self._decoded = (threads, self._decoded[1] + seconds)
         elif all(c.prompt for c in chunks):
-            self._pace.record(self.batch.n, seconds)
+            self._pace.record(self.batch.n, seconds, "main" if ctx is self._contexts.main else "prefix")
 
     def _record_decoding(self) -> None:
         """Give the tuner the step's decode calls as one: a step may split its decode tokens into

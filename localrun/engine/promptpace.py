@@ -20,7 +20,7 @@ enough (a second) that their own cost stays under 1%.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 # The rate follows the latest prompt calls: their cost per token grows as a long prompt fills the cache.
 WEIGHT = 0.3
@@ -40,45 +40,60 @@ class PromptBudget:
     beside: int
     each: int
 
-    def tokens(self, decoding: bool, prompts: int) -> int:
-        return self.beside if decoding else self.each * max(1, prompts)
+    def tokens(self, decoding: bool, rests: list[int]) -> int:
+        """The budget of a step with these prompts in line (the tokens each has left). Where nothing
+        decodes but some prompts finish in the step and others do not (a chat sent while a long prompt
+        loads), the ones that finish decode from the next step on, so the others get what they would
+        beside a stream (else the chat's second token waited for `each` of the long prompt's work)."""
+        if decoding:
+            return self.beside
+        finishing = [rest for rest in rests if rest <= self.each]
+        if finishing and len(finishing) < len(rests):
+            return sum(finishing) + self.beside
+        return self.each * max(1, len(rests))
 
 
 @dataclass(slots=True)
 class PromptPace:
-    """`slice_s`: the prompt work one step may do beside decoding streams (0: no bound). `least`: the
-    fewest tokens a bounded step takes (`least_for`). `most`: the batch size."""
+    """`slice_s`: the prompt work one step may do beside decoding streams (0: no bound). `most`: the
+    batch size."""
 
     slice_s: float
-    least: int
     most: int
-    per_token: float | None = None  # seconds, measured on prompt calls of FEWEST tokens or more
+    rates: dict[str, float] = field(default_factory=dict)  # seconds a token, by where the calls ran
 
-    def record(self, tokens: int, seconds: float) -> None:
-        """A `llama_decode` call of prompt tokens alone took this long."""
+    def record(self, tokens: int, seconds: float, where: str = "") -> None:
+        """A `llama_decode` call of prompt tokens alone took this long, in context `where` (prefix mode
+        has two: over a short cache, with flash attention, a token costs less in the prefix's)."""
         if tokens < FEWEST or seconds <= 0:
             return
-        cost = seconds / tokens
-        self.per_token = cost if self.per_token is None else (1 - WEIGHT) * self.per_token + WEIGHT * cost
+        cost, last = seconds / tokens, self.rates.get(where)
+        self.rates[where] = cost if last is None else (1 - WEIGHT) * last + WEIGHT * cost
 
-    def budget(self) -> PromptBudget:
+    @property
+    def per_token(self) -> float | None:
+        """The dearest context's rate: a step's budget is set before it is known where it runs, and the
+        prefix's cheaper rate made the main context's next calls twice too long."""
+        return max(self.rates.values(), default=None)
+
+    def budget(self, least: int) -> PromptBudget:
         """The next step's prompt budget: what fits in a slice beside streams, and in ALONE slices for
-        each prompt without them. Until a call was measured, the least beside streams (that step
-        measures one) and the batch size without them."""
-        return PromptBudget(self._fits(self.slice_s, self.least), self._fits(ALONE * self.slice_s, self.most))
+        each prompt without them, never under `least` (`least_for` the prompts in line). Until a call
+        was measured, the least beside streams (that step measures one) and the batch size without them."""
+        return PromptBudget(self._fits(self.slice_s, least, least), self._fits(ALONE * self.slice_s, least, self.most))
 
-    def _fits(self, seconds: float, unmeasured: int) -> int:
+    def _fits(self, seconds: float, least: int, unmeasured: int) -> int:
         if not seconds:
             return self.most
         if self.per_token is None:
             return unmeasured
-        return min(self.most, max(self.least, int(seconds / self.per_token)))
+        return min(self.most, max(least, int(seconds / self.per_token)))
 
 
 def least_for(least_piece: int) -> int:
-    """A bounded step's fewest tokens when a prompt's pieces hold at least `least_piece` tokens
-    (`scheduler.least_piece`): twice that, so the first prompt in line always moves on (a rest shorter than
-    two pieces is taken whole, `scheduler.prefill_size`), and never under FEWEST."""
+    """A bounded step's fewest tokens when a prompt in line has pieces of at least `least_piece` tokens
+    (`scheduler.least_piece`; 0 for none): twice that, so the first prompt in line always moves on (a
+    rest shorter than two pieces is taken whole, `scheduler.prefill_size`), and never under FEWEST."""
     return max(FEWEST, 2 * least_piece)
 
 

@@ -300,7 +300,7 @@ class Scheduler:
         # gets its first token in the next step, not after the whole long prompt.
         prompts = sorted((s for s in self.running if s.prefilling), key=lambda s: s.prompt_left)
         if prompt_budget is not None:
-            budget = min(budget, prompt_budget.tokens(bool(plan.chunks), len(prompts)))
+            budget = min(budget, prompt_budget.tokens(bool(plan.chunks), [s.prompt_left for s in prompts]))
         for seq in prompts:
             n = self._prefill_size(seq, budget)
             if n:
@@ -343,6 +343,13 @@ class Scheduler:
         remaining = self.rows.room(seq.n_evaluated, seq.prompt_left)
         return (prefill_size(remaining, budget, self._least(seq))
                 or (min(remaining, budget) if budget == self.batch_size else 0))
+
+    def prompt_tile(self) -> int:
+        """The most rows a prompt in line must take in its next piece by the tile rule
+        (`RowRules.least_rows_at`): 0 when none is before a flash-attention tile's end, so that a
+        bounded step (`promptpace.least_for`) need not hold two tiles past it."""
+        return max((self.rows.least_rows_at(s.n_evaluated, s.n_prompt)
+                    for s in (*self.running, *self.waiting) if s.prefilling), default=0)
 
     def commit(self, chunks: list[Chunk]) -> None:
         """These chunks were decoded: their tokens are now in the slots' caches."""
