@@ -26,6 +26,7 @@ def feed(stops: list[str], chunks: list[str]) -> tuple[str, str | None]:
         (["\n\n"], ["one\n", "\ntwo"], "one", "\n\n"),
         (["a", "abc"], ["xab", "c"], "x", "a"),  # the earliest match wins
         (["bc", "abcd"], ["abc"], "a", "bc"),
+        (["Y", "XYX"], ["XY", "X"], "X", "Y"),  # a stop complete ends it: no waiting for a longer one
         (["</s>"], ["x</", "s", ">y"], "x", "</s>"),
         (["🙂"], ["ok ", "🙂", " more"], "ok ", "🙂"),
         ([""], ["a"], "a", None),  # empty stop strings are ignored
@@ -51,9 +52,15 @@ def test_nothing_after_a_match():
 
 @given(st.lists(st.text(alphabet="abcXY!", max_size=6), max_size=8), st.lists(st.text(alphabet="abXY!", min_size=1, max_size=3), max_size=3))
 def test_equals_cutting_the_whole_text(chunks, stops):
-    """However the text is split, the output is the whole text cut at the first stop string."""
-    whole = "".join(chunks)
-    hits = [(whole.find(s), s) for s in stops if s in whole]
+    """However the text is split, the output is the text cut at the earliest stop string found once a
+    chunk completes one: generation ends there, so a longer stop string starting earlier but needing
+    later chunks (stops "Y" and "XYX", chunks "XY" and "X") never gets them."""
+    whole, hits, seen = "".join(chunks), [], ""
+    for chunk in chunks:
+        seen += chunk
+        hits = [(seen.find(s), s) for s in stops if s in seen]
+        if hits:
+            break
     expected = whole[: min(hits)[0]] if hits else whole
     text, matched = feed(stops, chunks)
     assert text == expected

@@ -5,7 +5,7 @@ in a context with flash attention whose KV streams hold no more than that, and i
 the main context without it. Each slot's cells live in one of them (its home); a chunk is evaluated
 in the context its first position belongs to, and when that is not the slot's home the cells move
 first: saved from one context, their values re-laid (`kvstate`), restored in the other. A move of
-256 SmolLM2 cells takes about 5 ms, once per sequence that outgrows the prefix (or back, when a
+256 SmolLM2 cells takes a few milliseconds, once per sequence that outgrows the prefix (or back, when a
 slot's cache is cut to a prefix that short for a new prompt).
 
 Copies between slots are moves too in prefix mode: llama.cpp copies a stream only at the next
