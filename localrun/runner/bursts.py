@@ -14,9 +14,9 @@ whether it led a burst: one that comes within `GATHER_GAPS` gaps of it (the long
 did, one that comes later or finds the engine idle again did not. Not within one gap: once the lead's
 step runs on every core, the daemon passes the burst's next requests on more slowly than while the
 runner waits, and a burst told as none stopped the waits (a 4-stream burst's first tokens came 0.29 s
-apart in the load benchmark's median round, against 0.006 s for llama-server). The runner waits while one of the last `MEMORY` leads led a burst, so
-lone requests and bursts may alternate (a chat beside a batch job), and a lone request after bursts
-pays the wait at most `MEMORY` times.
+apart in the load benchmark's median round, against 0.006 s for llama-server). The runner waits
+while one of the last `MEMORY` leads led a burst, so lone requests and bursts may alternate (a chat
+beside a batch job), and a lone request after bursts pays the wait at most `MEMORY` times.
 """
 
 from __future__ import annotations
