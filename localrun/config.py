@@ -32,6 +32,23 @@ KV_CACHE_TYPES = ("f16", "q8_0", "q4_0")
 SPECULATIVE_ON = 16  # the draft length "on" means
 
 
+def resolve_flash_attn(setting: str, kv_cache_type: str, gpu_offload: bool) -> str:
+    """What "auto" means here: on a GPU, llama.cpp's own choice; quantized KV needs flash attention;
+    on a CPU "prefix": flash attention for each sequence's first 256 cells, none after
+    (engine/flashrows.py), which the engine turns "off" for models it does not fit. The CPU kernel
+    is fastest over a short cache (eight short chats 1.29x off on an AMD EPYC) and over a long one
+    loses to attention without it on some CPUs (decoding after 1.4k tokens 0.54-0.70x off on an
+    Intel Xeon and two AMD EPYCs; docs/benchmarks.md): prefix mode has the first's speed and the
+    second's. Here, not in the engine, so that the daemon's memory estimate (`memory.py`), which
+    never imports llama.cpp, reads the same choice.
+    """
+    if setting != "auto":
+        return setting
+    if kv_cache_type != "f16":
+        return "on"
+    return "auto" if gpu_offload else "prefix"
+
+
 # --- rules: how one value is written, and what it may be ------------------------------------------
 
 @dataclass(frozen=True, slots=True)
@@ -411,4 +428,4 @@ def env_help() -> str:
 
 
 __all__ = ["DEFAULT_PORT", "ENGINE_RULES", "EngineSettings", "FLASH_ATTN", "KV_CACHE_TYPES", "Rule", "SETTINGS",
-           "SPECULATIVE_ON", "Setting", "Settings", "env_help", "read"]
+           "SPECULATIVE_ON", "Setting", "Settings", "env_help", "read", "resolve_flash_attn"]

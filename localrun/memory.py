@@ -10,7 +10,7 @@ import os
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from localrun.config import PREFIX_CELLS
+from localrun.config import PREFIX_CELLS, resolve_flash_attn
 
 _KV_BYTES = {"f32": 4.0, "f16": 2.0, "bf16": 2.0, "q8_0": 34 / 32, "q5_1": 24 / 32, "q5_0": 22 / 32,
              "q4_1": 20 / 32, "q4_0": 18 / 32}
@@ -50,7 +50,7 @@ def load_cache_bytes(shape: KvShape, options: Any, ctx: int) -> int:
     small part of a load."""
     slots = cache_bytes(shape, options.kv_cache_type, ctx, options.parallel, options.batch_size, options.kv_unified)
     scoring = cache_bytes(shape, "f16", ctx, 1, options.batch_size, swa_full=True)
-    prefix_mode = options.flash_attn == "prefix" or (options.flash_attn == "auto" and options.kv_cache_type == "f16")
+    prefix_mode = resolve_flash_attn(options.flash_attn, options.kv_cache_type, gpu_offload=False) == "prefix"
     if prefix_mode and not shape.window and not options.kv_unified:
         prefix = min(ctx, PREFIX_CELLS)
         slots += cache_bytes(shape, "f16", prefix, options.parallel, options.batch_size, swa_full=True)

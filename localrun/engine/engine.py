@@ -32,9 +32,9 @@ from localrun.engine.scheduler import Chunk, Copy, Scheduler, Trim, copy_min
 from localrun.engine.scoring import Scorer
 from localrun.engine.sequence import Request, Sequence, Status
 from localrun.engine.stallwatch import StallWatch
-from localrun.config import EngineSettings
+from localrun.config import EngineSettings, resolve_flash_attn
 from localrun.memory import kv_bytes_per_token
-from localrun.engine.settings import physical_cores, resolve_flash_attn
+from localrun.engine.settings import physical_cores
 from localrun.engine.stops import StopMatcher
 from localrun.engine.threads import ThreadTuner
 from localrun.errors import ContextOverflow, InvalidRequest, LocalrunError

@@ -210,6 +210,16 @@ def prefill_size(remaining: int, budget: int, least: int = MIN_PREFILL) -> int:
     return n if n >= least or n == remaining else 0
 
 
+def prompt_piece(start: int, rest: int, n_prompt: int, rows: RowRules, budget: int, batch_size: int) -> int:
+    """How many of the `rest` prompt tokens from position `start` the next piece takes: exactness first
+    (no piece under its least rows, `least_piece`; none across the flash-attention prefix's end,
+    `RowRules.prefix`), progress always (an otherwise empty batch, `budget == batch_size`, takes what
+    fits); 0 when nothing fits the budget."""
+    remaining = rows.room(start, rest)
+    least = least_piece(n_prompt, rows.least_rows_at(start, n_prompt))
+    return prefill_size(remaining, budget, least) or (min(remaining, budget) if budget == batch_size else 0)
+
+
 # A prompt sharing fewer tokens than this with one still being evaluated is not held back for it:
 # evaluating them again beside the other costs little, and a burst of chats that share only a chat
 # template's first tokens must start together.
@@ -302,7 +312,7 @@ class Scheduler:
         if prompt_budget is not None:
             budget = min(budget, prompt_budget.tokens(bool(plan.chunks), [s.prompt_left for s in prompts]))
         for seq in prompts:
-            n = self._prefill_size(seq, budget)
+            n = prompt_piece(seq.n_evaluated, seq.prompt_left, seq.n_prompt, self.rows, budget, self.batch_size)
             if n:
                 done = seq.n_evaluated + n == seq.n_prompt
                 plan.chunks.append(Chunk(seq, seq.n_evaluated, n, 1 if done else 0))
@@ -333,16 +343,6 @@ class Scheduler:
                 chunks[i] = Chunk(c.seq, c.start, 2, 2, [guess_next(c.seq.tokens)], filler=True)
                 added += 1
         return added
-
-    def _least(self, seq: Sequence) -> int:
-        return least_piece(seq.n_prompt, self.rows.least_rows_at(seq.n_evaluated, seq.n_prompt))
-
-    def _prefill_size(self, seq: Sequence, budget: int) -> int:
-        """Exactness first (no piece too short), progress always: an otherwise empty batch takes what
-        fits. A prompt's piece ends at the flash-attention prefix's end (`RowRules.prefix`)."""
-        remaining = self.rows.room(seq.n_evaluated, seq.prompt_left)
-        return (prefill_size(remaining, budget, self._least(seq))
-                or (min(remaining, budget) if budget == self.batch_size else 0))
 
     def prompt_tile(self) -> int:
         """The most rows a prompt in line must take in its next piece by the tile rule
@@ -451,4 +451,4 @@ class Scheduler:
 
 
 __all__ = ["Chunk", "Copy", "Plan", "Scheduler", "Slot", "Trim", "cached_keep", "common_prefix", "copy_min",
-           "least_piece", "stairs"]
+           "least_piece", "prompt_piece", "stairs"]

@@ -31,7 +31,7 @@ from localrun.engine.backend import Batch, Model
 from localrun.engine.contexts import open_contexts
 from localrun.engine.flashrows import RowRules
 from localrun.engine.logprobs import log_softmax, output_logits, top_n
-from localrun.engine.scheduler import MIN_PREFILL, cached_keep, common_prefix, least_piece, prefill_size
+from localrun.engine.scheduler import MIN_PREFILL, cached_keep, common_prefix, prompt_piece
 from localrun.errors import ContextOverflow, InvalidRequest, LocalrunError
 
 
@@ -143,8 +143,7 @@ def spans(start: int, end: int, n_prompt: int, rows: RowRules, most: int) -> lis
     across the prefix's end, none under its least rows unless that is all that is left on its side."""
     out = []
     while start < end:
-        left = rows.room(start, end - start)
-        size = prefill_size(left, most, least_piece(n_prompt, rows.least_rows_at(start, n_prompt))) or min(left, most)
+        size = prompt_piece(start, end - start, n_prompt, rows, most, most)
         out.append((start, size))
         start += size
     return out

@@ -1,24 +1,10 @@
-"""What the engine decides from its settings (`localrun.config.EngineSettings`): flash attention's
-"auto", and the deliberate choice of CPU threads."""
+"""What the engine decides from its settings (`localrun.config.EngineSettings`): the deliberate
+choice of CPU threads (flash attention's "auto" is `localrun.config.resolve_flash_attn`, which the
+memory estimate reads too)."""
 
 from __future__ import annotations
 
 import os
-
-
-def resolve_flash_attn(setting: str, kv_cache_type: str, gpu_offload: bool) -> str:
-    """What "auto" means here: on a GPU, llama.cpp's own choice; quantized KV needs flash attention;
-    on a CPU "prefix": flash attention for each sequence's first 256 cells, none after (`flashrows`),
-    which the engine turns "off" for models it does not fit. The CPU kernel is fastest over a short
-    cache (eight short chats 1.29x off on an AMD EPYC) and over a long one loses to attention without
-    it on some CPUs (decoding after 1.4k tokens 0.54-0.70x off on an Intel Xeon and two AMD EPYCs;
-    docs/benchmarks.md): prefix mode has the first's speed and the second's.
-    """
-    if setting != "auto":
-        return setting
-    if kv_cache_type != "f16":
-        return "on"
-    return "auto" if gpu_offload else "prefix"
 
 
 def physical_cores() -> int:
@@ -50,4 +36,4 @@ def _read(path: str) -> str:
         return ""
 
 
-__all__ = ["allowed_cpus", "physical_cores", "resolve_flash_attn"]
+__all__ = ["allowed_cpus", "physical_cores"]
