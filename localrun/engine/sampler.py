@@ -4,6 +4,11 @@ The chain order follows llama-cpp-python's `Llama`: logit bias, penalties, then 
 typical, top-p, min-p, temperature and a seeded draw. A grammar is kept beside the chain and asked
 about the chosen token only, as llama-server does (see `Sampler.sample`). Log-probabilities come
 from the raw logits over the full vocabulary, before any of those filters (`engine.logprobs`).
+
+Greedy without penalties or a grammar reads the logits directly (`greedy_choice`) and picks the
+token llama.cpp's chain would: `llama_sampler_sample` first copies every logit into a candidate array,
+about 100 us a row over a 49k vocabulary against 33 us here, 1-2% of a decode step at 8 streams on
+a 2-core CPU.
 """
 
 from __future__ import annotations
@@ -22,7 +27,7 @@ from localrun.sampling import SamplingParams
 class Sampler:
     """One request's sampler chain; `sample` draws from the logits at a batch index and accepts it."""
 
-    __slots__ = ("ptr", "grammar", "seed", "_candidates")
+    __slots__ = ("ptr", "grammar", "seed", "_candidates", "_n_vocab", "_bias")
 
     def __init__(self, vocab, n_vocab: int, params: SamplingParams, seed: int | None,
                  banned: list[int] = ()) -> None:
@@ -37,11 +42,14 @@ class Sampler:
         except Exception:
             self.free()
             raise
+        plain = params.greedy and self.grammar is None and not _penalised(params)
+        self._n_vocab = n_vocab if plain else 0  # 0: the chain samples
+        self._bias = {t: np.float32(b) for t, b in bias.items()}  # float32, as llama.cpp adds it
 
     def _build(self, vocab, n_vocab: int, p: SamplingParams, bias: dict[int, float]) -> None:
         if bias:
             self._add(_logit_bias(n_vocab, bias))
-        if p.repeat_penalty != 1.0 or p.presence_penalty or p.frequency_penalty:
+        if _penalised(p):
             self._add(L.llama_sampler_init_penalties(
                 n_vocab, p.repeat_last_n, p.repeat_penalty, p.frequency_penalty, p.presence_penalty))
         if p.grammar:
@@ -67,6 +75,10 @@ class Sampler:
         L.llama_sampler_chain_add(self.ptr, smpl)
 
     def sample(self, ctx, index: int) -> int:
+        if self._n_vocab:
+            token = greedy_choice(logits_at(ctx, index, self._n_vocab), self._bias)
+            if token is not None:
+                return token
         if self.grammar is None:
             return L.llama_sampler_sample(self.ptr, ctx, index)
         return self._sample_with_grammar(ctx, index)
@@ -144,6 +156,25 @@ def _grammar(vocab, grammar: str, triggers: list[str]):
     return L.llama_sampler_init_grammar_lazy_patterns(vocab, grammar.encode(), b"root", patterns, len(triggers), None, 0)
 
 
+def greedy_choice(logits: np.ndarray, bias: dict[int, np.float32]) -> int | None:
+    """The first token of the highest biased logit, as llama.cpp's greedy sampler selects it, or None
+    where that takes the whole chain: the raw maximum is NaN (numpy's argmax takes NaN for the maximum,
+    llama.cpp skips it) or a biased token (the best unbiased one is then unknown)."""
+    token = int(logits.argmax())
+    best = logits[token]
+    if best != best or token in bias:
+        return None
+    for other, amount in bias.items():  # a request's few biased tokens, such as ignore_eos's
+        value = logits[other] + amount
+        if value > best or (value == best and other < token):
+            token, best = other, value
+    return token
+
+
+def _penalised(p: SamplingParams) -> bool:
+    return p.repeat_penalty != 1.0 or bool(p.presence_penalty) or bool(p.frequency_penalty)
+
+
 _TOKEN_DATA = np.dtype([("id", np.int32), ("logit", np.float32), ("p", np.float32)])
 
 
@@ -155,4 +186,4 @@ def _logit_bias(n_vocab: int, bias: dict[int, float]):
     return L.llama_sampler_init_logit_bias(n_vocab, len(bias), items)
 
 
-__all__ = ["Sampler"]
+__all__ = ["Sampler", "greedy_choice"]
