@@ -91,6 +91,15 @@ def ratio(a: float, b: float) -> str:
     return f"{a / b:.2f}" if b else "-"
 
 
+def paired(ours: Sequence[float], theirs: Sequence[float], higher: bool) -> str:
+    """Round by round (the servers took turns within each): the median of ours / theirs, and in how
+    many rounds ours was ahead (`higher`: the larger figure is better). This VM's speed drifts by 10-20%
+    between minutes, which best-of figures half hide; a round's two measurements share its minute."""
+    ratios = [a / b for a, b in zip(ours, theirs) if b]
+    ahead = sum((r > 1) if higher else (r < 1) for r in ratios)
+    return f"{statistics.median(ratios):.2f}, {ahead} of {len(ratios)}" if ratios else "-"
+
+
 def cpu_model(cpuinfo: str) -> str:
     """The CPU's name from /proc/cpuinfo's text ("model name" on x86, "Model"/"Hardware" on Arm). On x86
     its family and model and its widest vector unit follow: a VM may call a Zen 3 and a Zen 4 both
@@ -382,11 +391,15 @@ class Bench:
             typical = each(lambda rounds: statistics.median(map(aggregate_rate, rounds)))
             ttft = each(lambda rounds: min(statistics.median(x.ttft for x in a) for a in rounds))
             spread = each(lambda rounds: statistics.median(map(first_token_spread, rounds)))
+            rates, p50s = each(lambda rounds: list(map(aggregate_rate, rounds))), each(
+                lambda rounds: [statistics.median(x.ttft for x in a) for a in rounds])
             rows.append([str(c), f"{rate[0]:.1f}", f"{rate[1]:.1f}", ratio(*rate), ratio(*typical),
-                         "{:.3f} / {:.3f} s".format(*ttft), "{:.3f} / {:.3f} s".format(*spread)])
+                         paired(*rates, higher=True), "{:.3f} / {:.3f} s".format(*ttft), paired(*p50s, higher=False),
+                         "{:.3f} / {:.3f} s".format(*spread)])
         self.emit(markdown_table(["concurrent streams", "localrun tok/s", "llama-server tok/s", "ratio",
-                                  "ratio of the rounds' medians", "TTFT p50, localrun / llama-server",
-                                  "first-token spread, median round"], rows))
+                                  "ratio of the rounds' medians", "paired rounds: median ratio, localrun ahead",
+                                  "TTFT p50, localrun / llama-server", "TTFT p50 paired", "first-token spread, median round"],
+                                 rows))
         self.side_by_side(runs[self.servers[0].name, args.concurrency[0]][0][0],
                           runs[self.servers[1].name, args.concurrency[0]][0][0],
                           story_prompts(f"0.{args.concurrency[0]}", 1)[0])

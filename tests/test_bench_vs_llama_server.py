@@ -48,6 +48,14 @@ def test_the_results_name_every_localrun_setting_the_environment_passes_on(bench
     assert bench.localrun_settings(environ, "auto") == "LOCALRUN_THREADS=auto LOCALRUN_A=x LOCALRUN_STREAM_INTERVAL_MS=25"
 
 
+def test_paired_rounds_compare_each_round_with_itself(bench):
+    """Round 2 ran on a slow minute for both: best-of would pair localrun's best with another minute's."""
+    ours, theirs = [100.0, 60.0, 98.0], [95.0, 58.0, 101.0]
+    assert bench.paired(ours, theirs, higher=True) == "1.03, 2 of 3"
+    assert bench.paired([0.5, 0.9], [0.6, 0.8], higher=False) == "0.98, 1 of 2"
+    assert bench.paired([], [], higher=True) == "-"
+
+
 def test_ratio_guards_a_zero_baseline(bench):
     assert bench.ratio(3.0, 2.0) == "1.50" and bench.ratio(1.0, 0.0) == "-"
 
