@@ -561,9 +561,10 @@ class Bench:
                     sizes[server.name, n] = answer.prompt_tokens
         rows = [[f"{n} (localrun {sizes['localrun', n]}, llama-server {sizes['llama-server', n]})",
                  f"{min(ttft['localrun', n]):.2f} s", f"{min(ttft['llama-server', n]):.2f} s",
-                 ratio(min(ttft["localrun", n]), min(ttft["llama-server", n]))] for n in args.long_tokens]
+                 ratio(min(ttft["localrun", n]), min(ttft["llama-server", n])),
+                 paired(ttft["localrun", n], ttft["llama-server", n], higher=False)] for n in args.long_tokens]
         self.emit(markdown_table([f"prompt tokens, Gemma 3 270M, {args.long_ctx} ctx, 1 slot", "localrun TTFT",
-                                  "llama-server TTFT", "ratio"], rows))
+                                  "llama-server TTFT", "ratio", "paired rounds: median ratio, localrun ahead"], rows))
 
 
 async def run_rows(args: argparse.Namespace, servers: tuple[Server, Server], rows: Sequence[str],
