@@ -398,8 +398,8 @@ class Bench:
                          "{:.3f} / {:.3f} s".format(*spread)])
         self.emit(markdown_table(["concurrent streams", "localrun tok/s", "llama-server tok/s", "ratio",
                                   "ratio of the rounds' medians", "paired rounds: median ratio, localrun ahead",
-                                  "TTFT p50, localrun / llama-server", "TTFT p50 paired", "first-token spread, median round"],
-                                 rows))
+                                  "TTFT p50, localrun / llama-server", "TTFT p50 paired",
+                                  "first-token spread, median round"], rows))
         self.side_by_side(runs[self.servers[0].name, args.concurrency[0]][0][0],
                           runs[self.servers[1].name, args.concurrency[0]][0][0],
                           story_prompts(f"0.{args.concurrency[0]}", 1)[0])
