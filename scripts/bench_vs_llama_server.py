@@ -52,6 +52,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
+from typing import Any
 
 import httpx
 
@@ -383,19 +384,17 @@ class Bench:
                         *(chat(self.client, server, user(p), args.tokens) for p in prompts)))
         rows = []
         for c in args.concurrency:
-            def each(summary: Callable[[list], float], c: int = c) -> tuple[float, float]:
+            def each(summary: Callable[[list], Any], c: int = c) -> tuple[Any, Any]:
                 """`summary` of localrun's rounds at `c` streams, and of llama-server's."""
                 return summary(runs["localrun", c]), summary(runs["llama-server", c])
 
-            rate = each(lambda rounds: max(map(aggregate_rate, rounds)))
-            typical = each(lambda rounds: statistics.median(map(aggregate_rate, rounds)))
-            ttft = each(lambda rounds: min(statistics.median(x.ttft for x in a) for a in rounds))
+            rates = each(lambda rounds: [aggregate_rate(a) for a in rounds])  # a figure per round
+            p50s = each(lambda rounds: [statistics.median(x.ttft for x in a) for a in rounds])
             spread = each(lambda rounds: statistics.median(map(first_token_spread, rounds)))
-            rates, p50s = each(lambda rounds: list(map(aggregate_rate, rounds))), each(
-                lambda rounds: [statistics.median(x.ttft for x in a) for a in rounds])
-            rows.append([str(c), f"{rate[0]:.1f}", f"{rate[1]:.1f}", ratio(*rate), ratio(*typical),
-                         paired(*rates, higher=True), "{:.3f} / {:.3f} s".format(*ttft), paired(*p50s, higher=False),
-                         "{:.3f} / {:.3f} s".format(*spread)])
+            best, typical = [max(r) for r in rates], [statistics.median(r) for r in rates]
+            rows.append([str(c), f"{best[0]:.1f}", f"{best[1]:.1f}", ratio(*best), ratio(*typical),
+                         paired(*rates, higher=True), "{:.3f} / {:.3f} s".format(*map(min, p50s)),
+                         paired(*p50s, higher=False), "{:.3f} / {:.3f} s".format(*spread)])
         self.emit(markdown_table(["concurrent streams", "localrun tok/s", "llama-server tok/s", "ratio",
                                   "ratio of the rounds' medians", "paired rounds: median ratio, localrun ahead",
                                   "TTFT p50, localrun / llama-server", "TTFT p50 paired",

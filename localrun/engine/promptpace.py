@@ -85,9 +85,10 @@ class PromptPace:
     def _fits(self, seconds: float, least: int, unmeasured: int) -> int:
         if not seconds:
             return self.most
-        if self.per_token is None:
+        per_token = self.per_token
+        if per_token is None:
             return unmeasured
-        return min(self.most, max(least, int(seconds / self.per_token)))
+        return min(self.most, max(least, int(seconds / per_token)))
 
 
 def least_for(least_piece: int) -> int:

@@ -44,7 +44,7 @@ class Sampler:
             raise
         plain = params.greedy and self.grammar is None and not _penalised(params)
         self._n_vocab = n_vocab if plain else 0  # 0: the chain samples
-        self._bias = {t: np.float32(b) for t, b in bias.items()}  # float32, as llama.cpp adds it
+        self._bias = {t: np.float32(b) for t, b in bias.items()} if plain else {}  # float32, as llama.cpp adds it
 
     def _build(self, vocab, n_vocab: int, p: SamplingParams, bias: dict[int, float]) -> None:
         if bias:
