@@ -72,6 +72,7 @@ WORDS = ("garden river stone window morning lantern harbour market letter winter
 FOLLOW_UP = "Now say that again in one short sentence."
 # The stall row's stream: its first second's tokens, then as many again while the long prompt is evaluated.
 STALL_STREAM_TOKENS = 192
+PAIRED = "paired rounds: median ratio, localrun ahead"
 # A spin loop that looks up every few milliseconds whether its parent is gone (no fork-time hook: the event loop runs).
 SPIN = "import os\np = os.getppid()\nwhile os.getppid() == p:\n    for _ in range(200000): pass"
 
@@ -396,7 +397,7 @@ class Bench:
                          paired(*rates, higher=True), "{:.3f} / {:.3f} s".format(*map(min, p50s)),
                          paired(*p50s, higher=False), "{:.3f} / {:.3f} s".format(*spread)])
         self.emit(markdown_table(["concurrent streams", "localrun tok/s", "llama-server tok/s", "ratio",
-                                  "ratio of the rounds' medians", "paired rounds: median ratio, localrun ahead",
+                                  "ratio of the rounds' medians", PAIRED,
                                   "TTFT p50, localrun / llama-server", "TTFT p50 paired",
                                   "first-token spread, median round"], rows))
         self.side_by_side(runs[self.servers[0].name, args.concurrency[0]][0][0],
@@ -444,12 +445,18 @@ class Bench:
                 cached.add(f"{server.name} {second.cached_tokens} of {second.prompt_tokens}")
         best = {name: (min(cold[name]), min(warm[name]), max(rate[name])) for name in cold}
         (lc, lw, lr), (sc, sw, sr) = best["localrun"], best["llama-server"]
+
+        def both(figures: dict[str, list[float]], higher: bool) -> str:
+            return paired(figures["localrun"], figures["llama-server"], higher)
+
         self.emit(markdown_table(
-            [f"prefix cache (prompt tokens: {', '.join(sorted(sizes))})", "localrun", "llama-server", "ratio"],
-            [["cold TTFT", f"{lc:.3f} s", f"{sc:.3f} s", ratio(lc, sc)],
-             ["decode after the cold prompt (32 tokens)", f"{lr:.1f} tok/s", f"{sr:.1f} tok/s", ratio(lr, sr)],
-             ["follow-up turn TTFT", f"{lw:.3f} s", f"{sw:.3f} s", ratio(lw, sw)],
-             ["follow-up / cold", f"{lw / lc:.3f}", f"{sw / sc:.3f}", ""]]))
+            [f"prefix cache (prompt tokens: {', '.join(sorted(sizes))})", "localrun", "llama-server", "ratio",
+             PAIRED],
+            [["cold TTFT", f"{lc:.3f} s", f"{sc:.3f} s", ratio(lc, sc), both(cold, higher=False)],
+             ["decode after the cold prompt (32 tokens)", f"{lr:.1f} tok/s", f"{sr:.1f} tok/s", ratio(lr, sr),
+              both(rate, higher=True)],
+             ["follow-up turn TTFT", f"{lw:.3f} s", f"{sw:.3f} s", ratio(lw, sw), both(warm, higher=False)],
+             ["follow-up / cold", f"{lw / lc:.3f}", f"{sw / sc:.3f}", "", ""]]))
         self.emit(f"Follow-up prompt tokens found in the cache: {', '.join(sorted(cached))}")
 
     async def mixed(self) -> None:
@@ -470,8 +477,9 @@ class Bench:
         ours, theirs = max(rates["localrun"]), max(rates["llama-server"])
         self.emit(markdown_table(
             [f"1 conversation of {args.cold_tokens} prompt tokens + {streams - 1} short streams, {args.tokens} tokens each",
-             "localrun tok/s", "llama-server tok/s", "ratio"],
-            [["aggregate decode", f"{ours:.1f}", f"{theirs:.1f}", ratio(ours, theirs)]]))
+             "localrun tok/s", "llama-server tok/s", "ratio", PAIRED],
+            [["aggregate decode", f"{ours:.1f}", f"{theirs:.1f}", ratio(ours, theirs),
+              paired(rates["localrun"], rates["llama-server"], higher=True)]]))
 
     async def stall(self) -> None:
         """An agent's long prompt beside a chat, both ways round. A chat streaming when the prompt
@@ -496,9 +504,10 @@ class Bench:
                 await loading
         best = {key: min(values) for key, values in figures.items()}
         self.emit(markdown_table(
-            [f"a {args.cold_tokens}-token prompt beside a chat", "localrun", "llama-server", "ratio"],
+            [f"a {args.cold_tokens}-token prompt beside a chat", "localrun", "llama-server", "ratio", PAIRED],
             [[label, f"{best[key, 'localrun']:.3f} s", f"{best[key, 'llama-server']:.3f} s",
-              ratio(best[key, "localrun"], best[key, "llama-server"])]
+              ratio(best[key, "localrun"], best[key, "llama-server"]),
+              paired(figures[key, "localrun"], figures[key, "llama-server"], higher=False)]
              for key, label in [("gap", f"a streaming chat's longest wait for a token ({STALL_STREAM_TOKENS} tokens)"),
                                 ("long", "the long prompt's TTFT"),
                                 ("chat", "a chat's TTFT, sent 1 s into the long prompt")]]))
@@ -563,7 +572,7 @@ class Bench:
                  ratio(min(ttft["localrun", n]), min(ttft["llama-server", n])),
                  paired(ttft["localrun", n], ttft["llama-server", n], higher=False)] for n in args.long_tokens]
         self.emit(markdown_table([f"prompt tokens, Gemma 3 270M, {args.long_ctx} ctx, 1 slot", "localrun TTFT",
-                                  "llama-server TTFT", "ratio", "paired rounds: median ratio, localrun ahead"], rows))
+                                  "llama-server TTFT", "ratio", PAIRED], rows))
 
 
 async def run_rows(args: argparse.Namespace, servers: tuple[Server, Server], rows: Sequence[str],
