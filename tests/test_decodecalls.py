@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from localrun.engine.decodecalls import attended, call_cost, split_points
+from localrun.engine.decodecalls import attended, bridges, call_cost, split_points
 from localrun.engine.scheduler import Scheduler
 from localrun.engine.sequence import Sequence
 
@@ -53,3 +53,15 @@ def test_a_plan_splits_its_decode_tokens_where_the_cost_model_says():
         c.seq.tokens.append(7)
     calls = s.schedule().batches()
     assert [[c.seq.id for c in call] for call in calls] == [["long"], ["a", "b", "c"]]
+
+
+def test_bridges_fill_every_gap_that_can_take_a_cell_whole():
+    """A long conversation's row in another context leaves slot 3 empty between seven short chats."""
+    assert bridges([0, 1, 2, 4, 5, 6, 7], {3: 0}) == [(3, 0)]
+    assert bridges([0, 1, 5, 6], {2: 0, 3: 40, 4: 12}) == [(2, 0), (3, 40), (4, 12)]
+    assert bridges([0, 1, 5, 6], {2: 0, 3: None, 4: 12}) == []  # a part of a gap would join nothing
+    assert bridges([0, 3, 5], {1: 7, 2: 7, 4: None}) == [(1, 7), (2, 7)]  # each gap on its own
+
+
+def test_neighbours_need_no_bridge():
+    assert bridges([2, 3, 4], {}) == [] and bridges([5], {}) == [] and bridges([], {}) == []

@@ -263,6 +263,34 @@ def test_with_flash_attention_over_a_prefix_every_logit_batched_equals_solo(smol
     assert batched == alone
 
 
+def test_a_bridge_row_joins_short_chats_around_a_long_conversation_and_changes_no_answer(smollm2_path):
+    """Prefix mode: a 278-token conversation in slot 3 decodes in the context without flash attention;
+    the seven short chats in slots 0-2 and 4-7 would be two micro-batches of the other context (llama.cpp
+    joins only consecutive sequence ids), so slot 3's empty stream there gets a throwaway row
+    (`decodecalls.bridges`), removed after each call. Every chosen token's log-probability equals the
+    same request's alone, bit for bit, and no bridge cell stays behind."""
+    settings = dict(ctx_size=1024, threads=THREADS, flash_attn="prefix")
+    logged = dict(logprobs=0, **GREEDY)
+    with Engine(str(smollm2_path), EngineSettings(parallel=1, **settings)) as alone_engine:
+        prompts = [alone_engine.tokenize(p) for p in PROMPTS[:3]] + [alone_engine.tokenize(items(32))] + [
+            alone_engine.tokenize(p) for p in PROMPTS[3:7]]
+        alone = [[e.logprob for e in generate(alone_engine, p, f"s{i}", max_tokens=12, **logged).events]
+                 for i, p in enumerate(prompts)]
+    with Engine(str(smollm2_path), EngineSettings(parallel=8, **settings)) as eng:
+        assert eng.info["flash_attn"] == "prefix" and len(prompts[3]) > 256
+        dropped: list[tuple[int, int]] = []
+        drop = eng._contexts.drop
+        eng._contexts.drop = lambda ctx, slot, start: (dropped.append((slot, start)), drop(ctx, slot, start))
+        for i, p in enumerate(prompts):
+            eng.add(Request(f"b{i}", p, SamplingParams(max_tokens=12, **logged)))
+        runs = drain(eng, {})
+        assert eng.scheduler.slots[3].tokens[:len(prompts[3])] == prompts[3]  # the conversation was in slot 3
+        flash = eng._contexts.flash
+        assert [eng._contexts.next_position(flash, 3)] == [0]  # nothing of it in the flash-attention context
+    assert dropped and set(dropped) == {(3, 0)}
+    assert [[e.logprob for e in runs[f"b{i}"].events] for i in range(8)] == alone
+
+
 def test_with_flash_attention_over_a_prefix_a_reused_prefix_moves_between_contexts(smollm2_path):
     """Prefix mode: a cached prompt longer than the prefix lives in the context without flash
     attention. A prompt sharing 150 of its tokens gets them copied into another slot and moved to the

@@ -58,6 +58,14 @@ class Contexts:
         """Cut the slot's cache back to its first `keep` tokens; False where llama.cpp cannot."""
         return L.llama_memory_seq_rm(self.memory(slot), slot, keep, -1)
 
+    def next_position(self, ctx, slot: int) -> int:
+        """Where the slot's stream in `ctx` takes its next cell: one past the last it holds (0: empty)."""
+        return L.llama_memory_seq_pos_max(self._memories[self.all.index(ctx)], slot) + 1
+
+    def drop(self, ctx, slot: int, start: int) -> None:
+        """Remove the slot's cells in `ctx` from position `start` on."""
+        L.llama_memory_seq_rm(self._memories[self.all.index(ctx)], slot, start, -1)
+
     def set_threads(self, threads: int) -> None:
         for ctx in self.all:
             L.llama_set_n_threads(ctx, threads, threads)

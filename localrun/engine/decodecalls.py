@@ -69,4 +69,21 @@ def _best_cuts(cells: list[int], cost: float, cap: int, offset: int) -> list[int
     return sorted(cuts)
 
 
-__all__ = ["KV_PAD", "attended", "call_cost", "split_points"]
+def bridges(slots: list[int], free_at: dict[int, int | None]) -> list[tuple[int, int]]:
+    """Throwaway rows that join a decode call's slots into one run of neighbours: (slot, position).
+
+    `slots`: the call's slots; `free_at[g]`: where slot g's stream in the call's context can take one
+    more cell (None: it cannot). llama.cpp evaluates each run of neighbouring slots apart, a pass
+    over the weights each: seven short chats beside a long conversation in slot 3 (its row in another
+    call) took two passes, 45-60 ms a step on 2 cores against 34 with the conversation in slot 0. A
+    gap is bridged only whole: a row in part of it would join nothing.
+    """
+    rows, taken = [], sorted(set(slots))
+    for below, above in zip(taken, taken[1:]):
+        gap = range(below + 1, above)
+        if gap and all(free_at.get(g) is not None for g in gap):
+            rows += [(g, free_at[g]) for g in gap]
+    return rows
+
+
+__all__ = ["KV_PAD", "attended", "bridges", "call_cost", "split_points"]

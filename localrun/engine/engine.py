@@ -18,7 +18,7 @@ from localrun.engine import chat_template
 from localrun.engine.backend import Batch, Model, extra_buffer_types, has_gpu, init_backend
 from localrun.engine.contexts import open_contexts
 from localrun.engine.cpuuse import CpuMeter
-from localrun.engine.decodecalls import call_cost
+from localrun.engine.decodecalls import bridges, call_cost
 from localrun.engine.detokenizer import Detokenizer
 from localrun.engine.drafts import Drafter
 from localrun.engine.embed import Embedder
@@ -32,7 +32,7 @@ from localrun.engine.scheduler import Chunk, Copy, Scheduler, Trim, copy_min
 from localrun.engine.scoring import Scorer
 from localrun.engine.sequence import Request, Sequence, Status
 from localrun.engine.stallwatch import StallWatch
-from localrun.config import EngineSettings, resolve_flash_attn
+from localrun.config import PREFIX_CELLS, EngineSettings, resolve_flash_attn
 from localrun.memory import kv_bytes_per_token
 from localrun.engine.settings import physical_cores
 from localrun.engine.stops import StopMatcher
@@ -42,6 +42,7 @@ from localrun.sampling import MAX_DRAFT, SamplingParams
 
 WARM_UP_TEXT = "Warm up: a short text of a dozen tokens or so."
 ABORTED = 2  # llama_decode: the abort callback stopped it and the ubatch's tokens left the cache
+BRIDGE_TOKEN = 0  # what a bridge row evaluates (`_bridges`): any token will do, its cell goes again at once
 
 
 @dataclass(slots=True)
@@ -286,7 +287,13 @@ class Engine:
         in prefix mode); returns each chunk's last batch index."""
         batch, indices, now = self.batch, [], time.perf_counter()
         batch.clear()
+        bridged = self._bridges(chunks, ctx)
+        waiting = iter(bridged)  # in slot order, as the chunks: llama.cpp joins only increasing neighbours
+        bridge = next(waiting, None)
         for c in chunks:
+            while bridge is not None and bridge[0] < c.seq.slot:
+                batch.add(BRIDGE_TOKEN, bridge[1], bridge[0], False)
+                bridge = next(waiting, None)
             self._contexts.place(c.seq.slot, ctx)
             seq, tokens = c.seq, c.seq.tokens
             if c.start == seq.n_cached and seq.prefilling:
@@ -298,7 +305,20 @@ class Engine:
                 index = batch.add(token, pos, seq.slot, True)
             indices.append(index)
         self._decode(chunks, ctx)
+        for slot, pos in bridged:
+            self._contexts.drop(ctx, slot, pos)
         return indices
+
+    def _bridges(self, chunks: list[Chunk], ctx) -> list[tuple[int, int]]:
+        """Throwaway rows that join a decode call's slots into one micro-batch (`decodecalls.bridges`).
+        Only in prefix mode's flash-attention context: its streams hold at most PREFIX_CELLS cells, so a
+        bridge lengthens no row's attention, and the kernel skips the cells a row does not see."""
+        if ctx is not self._contexts.flash or not all(c.decodes and c.n == 1 for c in chunks):
+            return []
+        slots = [c.seq.slot for c in chunks]
+        gaps = set(range(min(slots), max(slots) + 1)).difference(slots)
+        free = {g: pos if (pos := self._contexts.next_position(ctx, g)) < PREFIX_CELLS else None for g in gaps}
+        return bridges(slots, free)
 
     def _decode(self, chunks: list[Chunk], ctx) -> None:
         decoding = all(c.decodes for c in chunks)
