@@ -10,7 +10,9 @@ hold more bytes than the weights. Splitting changes no result: a row's attention
 for the masked cells, however many there are.
 
 llama.cpp puts only consecutive sequence ids into one micro-batch, so rows whose slots are not
-neighbours are evaluated apart whatever the calls; only a run of neighbours is worth cutting.
+neighbours are evaluated apart whatever the calls; only a run of neighbours is worth cutting. Where
+a gap's streams can take a cell that lengthens nobody's attention (prefix mode's flash-attention
+context), a throwaway row in each joins the run again (`bridges`).
 """
 
 from __future__ import annotations
