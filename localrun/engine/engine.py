@@ -285,9 +285,19 @@ class Engine:
     def _evaluate(self, chunks: list[Chunk], ctx) -> list[int]:
         """Fill the batch with the chunks and decode it in `ctx` (where their slots' cells move first,
         in prefix mode); returns each chunk's last batch index."""
+        bridged = self._bridges(chunks, ctx)
+        indices = self._fill(chunks, ctx, bridged)
+        try:
+            self._decode(chunks, ctx)
+        finally:  # a bridge's cell never stays behind, not even after a failed call
+            for slot, pos in bridged:
+                self._contexts.drop(ctx, slot, pos)
+        return indices
+
+    def _fill(self, chunks: list[Chunk], ctx, bridged: list[tuple[int, int]]) -> list[int]:
+        """The batch of the chunks' rows and the bridges' (`_bridges`); each chunk's last batch index."""
         batch, indices, now = self.batch, [], time.perf_counter()
         batch.clear()
-        bridged = self._bridges(chunks, ctx)
         waiting = iter(bridged)  # in slot order, as the chunks: llama.cpp joins only increasing neighbours
         bridge = next(waiting, None)
         for c in chunks:
@@ -304,9 +314,6 @@ class Engine:
             for pos, token in enumerate(c.draft, c.start + 1):
                 index = batch.add(token, pos, seq.slot, True)
             indices.append(index)
-        self._decode(chunks, ctx)
-        for slot, pos in bridged:
-            self._contexts.drop(ctx, slot, pos)
         return indices
 
     def _bridges(self, chunks: list[Chunk], ctx) -> list[tuple[int, int]]:
