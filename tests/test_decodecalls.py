@@ -57,11 +57,11 @@ def test_a_plan_splits_its_decode_tokens_where_the_cost_model_says():
 
 def test_bridges_fill_every_gap_that_can_take_a_cell_whole():
     """A long conversation's row in another context leaves slot 3 empty between seven short chats."""
-    assert bridges([0, 1, 2, 4, 5, 6, 7], {3: 0}) == [(3, 0)]
-    assert bridges([0, 1, 5, 6], {2: 0, 3: 40, 4: 12}) == [(2, 0), (3, 40), (4, 12)]
-    assert bridges([0, 1, 5, 6], {2: 0, 3: None, 4: 12}) == []  # a part of a gap would join nothing
-    assert bridges([0, 3, 5], {1: 7, 2: 7, 4: None}) == [(1, 7), (2, 7)]  # each gap on its own
+    assert bridges([0, 1, 2, 4, 5, 6, 7], {3: 0}.get) == [(3, 0)]
+    assert bridges([0, 1, 5, 6], {2: 0, 3: 40, 4: 12}.get) == [(2, 0), (3, 40), (4, 12)]
+    assert bridges([0, 1, 5, 6], {2: 0, 3: None, 4: 12}.get) == []  # a part of a gap would join nothing
+    assert bridges([0, 3, 5], {1: 7, 2: 7, 4: None}.get) == [(1, 7), (2, 7)]  # each gap on its own
 
 
 def test_neighbours_need_no_bridge():
-    assert bridges([2, 3, 4], {}) == [] and bridges([5], {}) == [] and bridges([], {}) == []
+    assert bridges([2, 3, 4], {}.get) == [] and bridges([5], {}.get) == [] and bridges([], {}.get) == []

@@ -17,6 +17,8 @@ context), a throwaway row in each joins the run again (`bridges`).
 
 from __future__ import annotations
 
+from typing import Callable
+
 KV_PAD = 256  # llama.cpp pads the cells a micro-batch attends over to a multiple of this, and never fewer
 
 
@@ -71,10 +73,10 @@ def _best_cuts(cells: list[int], cost: float, cap: int, offset: int) -> list[int
     return sorted(cuts)
 
 
-def bridges(slots: list[int], free_at: dict[int, int | None]) -> list[tuple[int, int]]:
+def bridges(slots: list[int], room: Callable[[int], int | None]) -> list[tuple[int, int]]:
     """Throwaway rows that join a decode call's slots into one run of neighbours: (slot, position).
 
-    `slots`: the call's slots; `free_at[g]`: where slot g's stream in the call's context can take one
+    `slots`: the call's slots; `room(g)`: where slot g's stream in the call's context can take one
     more cell (None: it cannot). llama.cpp evaluates each run of neighbouring slots apart, a pass
     over the weights each: seven short chats beside a long conversation in slot 3 (its row in another
     call) took two passes, 45-60 ms a step on 2 cores against 34 with the conversation in slot 0. A
@@ -82,9 +84,9 @@ def bridges(slots: list[int], free_at: dict[int, int | None]) -> list[tuple[int,
     """
     rows, taken = [], sorted(set(slots))
     for below, above in zip(taken, taken[1:]):
-        gap = range(below + 1, above)
-        if gap and all(free_at.get(g) is not None for g in gap):
-            rows += [(g, free_at[g]) for g in gap]
+        gap = [(g, room(g)) for g in range(below + 1, above)]
+        if gap and all(pos is not None for _, pos in gap):
+            rows += gap
     return rows
 
 

@@ -322,10 +322,11 @@ class Engine:
         bridge lengthens no row's attention, and the kernel skips the cells a row does not see."""
         if ctx is not self._contexts.flash or not all(c.decodes and c.n == 1 for c in chunks):
             return []
-        slots = [c.seq.slot for c in chunks]
-        gaps = set(range(min(slots), max(slots) + 1)).difference(slots)
-        free = {g: pos if (pos := self._contexts.next_position(ctx, g)) < PREFIX_CELLS else None for g in gaps}
-        return bridges(slots, free)
+        def room(slot: int) -> int | None:
+            pos = self._contexts.next_position(ctx, slot)
+            return pos if pos < PREFIX_CELLS else None
+
+        return bridges([c.seq.slot for c in chunks], room)
 
     def _decode(self, chunks: list[Chunk], ctx) -> None:
         decoding = all(c.decodes for c in chunks)
