@@ -550,11 +550,12 @@ class Bench:
         i = {name: max(v) for name, v in idle.items()}
         b = {name: max(v) for name, v in busy.items()}
         self.emit(markdown_table(
-            ["single stream", "localrun tok/s", "llama-server tok/s", "ratio"],
-            [["idle", f"{i['localrun']:.1f}", f"{i['llama-server']:.1f}", ratio(i["localrun"], i["llama-server"])],
+            ["single stream", "localrun tok/s", "llama-server tok/s", "ratio", PAIRED],
+            [["idle", f"{i['localrun']:.1f}", f"{i['llama-server']:.1f}", ratio(i["localrun"], i["llama-server"]),
+              paired(idle["localrun"], idle["llama-server"], higher=True)],
              ["one core busy", f"{b['localrun']:.1f}", f"{b['llama-server']:.1f}",
-              ratio(b["localrun"], b["llama-server"])],
-             ["busy / idle", ratio(b["localrun"], i["localrun"]), ratio(b["llama-server"], i["llama-server"]), ""]]))
+              ratio(b["localrun"], b["llama-server"]), paired(busy["localrun"], busy["llama-server"], higher=True)],
+             ["busy / idle", ratio(b["localrun"], i["localrun"]), ratio(b["llama-server"], i["llama-server"]), "", ""]]))
         self.emit(f"With one core busy, {choice}")
 
     async def long(self) -> None:

@@ -164,6 +164,21 @@ def test_a_freed_core_is_taken_back_within_steps_not_at_the_next_clock_trial():
     assert machine.used.index(2) <= 8  # within a window of steps; the clock alone waited up to 16 s
 
 
+def test_a_core_freed_soon_after_it_was_taken_is_tried_at_once():
+    """A spin loop takes a core mid-answer (one thread from then on) and stops a second later, as in the
+    benchmark's busy row: the next steps try both cores at once. Only a lost trial holds the next one
+    back; the drop to one thread was no trial, and the idle core is the evidence."""
+    machine = Machine(ThreadTuner(2), IDLE, QUIET)
+    machine.run(10)
+    machine.rates, machine.use = {2: 2.0, 1: 60.0}, SPIN
+    machine.run(1.0)  # one stalled step on both cores, then ~30 on one
+    assert machine.tuner.current == 1 and machine.tuner.trials == 0
+    machine.rates, machine.use = IDLE, FREED
+    machine.used.clear()
+    machine.run(0.3)
+    assert machine.used.index(2) == 1 and machine.tuner.current == 2
+
+
 def test_a_freed_core_that_does_not_help_is_not_tried_over_and_over():
     machine = Machine(ThreadTuner(2), {2: 50.0, 1: 73.0}, FREED)  # an idle core, yet two threads lose
     machine.tuner.current = 1

@@ -144,7 +144,8 @@ class ThreadTuner:
 
     def _freed(self, use: CpuUse | None, now: float) -> bool:
         """With fewer threads and `_could_win` saying a core is idle: try more before the clock says so,
-        but not again at once if the trial loses (a quarter of the backed-off period after the last one)."""
+        but not again at once after a trial (a quarter of the backed-off period after the last one). A
+        drop to fewer threads because a core was taken is no trial: the idle core is the evidence."""
         return use is not None and self.current < self.max_threads and now - self._trial_ended >= self.period / 4
 
     def _alternative(self) -> int:
@@ -160,6 +161,7 @@ class ThreadTuner:
         if won:
             threads, self._trial_threads, self._trial = self._trial_threads, None, []
             self._switch(threads, now)
+            self._trial_ended = now
             return
         self._usual[self.current, self._rows] = level  # the machine as it is now: only a further slowdown re-triggers
         self._end_trial(now)
@@ -177,7 +179,6 @@ class ThreadTuner:
         self._baseline.clear()
         self.period = self.min_period
         self._next_trial = now + self.period
-        self._trial_ended = now
 
 
 __all__ = ["ThreadTuner"]
