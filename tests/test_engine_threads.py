@@ -166,7 +166,7 @@ def test_a_freed_core_is_taken_back_within_steps_not_at_the_next_clock_trial():
 
 def test_a_core_freed_soon_after_it_was_taken_is_tried_at_once():
     """A spin loop takes a core mid-answer (one thread from then on) and stops a second later, as in the
-    benchmark's busy row: the next steps try both cores at once. Only a lost trial holds the next one
+    benchmark's busy row: the next steps try both cores at once. Only a trial holds the next one
     back; the drop to one thread was no trial, and the idle core is the evidence."""
     machine = Machine(ThreadTuner(2), IDLE, QUIET)
     machine.run(10)
