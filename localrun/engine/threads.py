@@ -159,18 +159,22 @@ class ThreadTuner:
             return
         won = decisive or not hopeless and median(self._trial) < level * (1 - self.margin)
         if won:
-            threads, self._trial_threads, self._trial = self._trial_threads, None, []
+            threads = self._trial_threads
+            self._close_trial(now)
             self._switch(threads, now)
-            self._trial_ended = now
             return
         self._usual[self.current, self._rows] = level  # the machine as it is now: only a further slowdown re-triggers
         self._end_trial(now)
 
     def _end_trial(self, now: float) -> None:
         """A trial that did not win: keep the current choice and look again later."""
-        self._trial_threads, self._trial = None, []
+        self._close_trial(now)
         self.period = min(2 * self.period, self.max_period)
         self._next_trial = now + self.period
+
+    def _close_trial(self, now: float) -> None:
+        """No trial runs now; the next one for a freed core waits a while after this one (`_freed`)."""
+        self._trial_threads, self._trial = None, []
         self._trial_ended = now
 
     def _switch(self, threads: int, now: float) -> None:
