@@ -17,6 +17,7 @@ import typer
 from localrun import __version__
 from localrun.cli.help import use_plain_names
 from localrun.errors import LocalrunError
+from localrun.quick_exit import skip_exit_collection
 
 # `import httpx` imports httpx's own command line (httpx._main: click, rich.console, pygments), about
 # 60 ms of every command, only to export `httpx.main`, which localrun never calls. With an empty module
@@ -74,6 +75,7 @@ def main() -> None:
     """Console-script entry: run the app; turn localrun errors into one stderr line and an exit code."""
     from localrun.cli import commands  # noqa: F401  (registers every command)
 
+    skip_exit_collection()
     try:
         code = app(prog_name="localrun", standalone_mode=False)
     except LocalrunError as e:

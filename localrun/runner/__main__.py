@@ -115,4 +115,7 @@ def _load(args: argparse.Namespace, channel):
 
 
 if __name__ == "__main__":
+    from localrun.quick_exit import skip_exit_collection
+
+    skip_exit_collection()
     sys.exit(main())
