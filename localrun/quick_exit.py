@@ -7,9 +7,9 @@ and a runner 70 ms; the memory goes back to the OS whole anyway. Objects frozen 
 are out of the collector's sight: the same exit takes about 15 ms.
 
 The price: an object left for the collector is never finalized, so a file still open at exit loses
-what its buffer still held. sys.stdout and sys.stderr are flushed by the interpreter and logging's handlers
-by its atexit hook, and every atexit handler still runs; everything else localrun writes is closed
-when written (atomic writes), as it must be for a kill to lose nothing either.
+what its buffer still held. sys.stdout and sys.stderr are flushed by the interpreter and logging's
+handlers by its atexit hook, and every atexit handler still runs; everything else localrun writes is
+closed when written (atomic writes), as it must be for a kill to lose nothing either.
 """
 
 from __future__ import annotations
