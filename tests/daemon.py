@@ -101,6 +101,6 @@ def start_daemon(home: Path, extra_env: dict[str, str] | None = None, pull: bool
             if httpx.get(f"{daemon.url}/health", timeout=1).status_code == 200:
                 return daemon
         except httpx.HTTPError:
-            time.sleep(0.2)
+            time.sleep(0.05)  # the daemon is up in about a second: look often
     daemon.stop()
     raise RuntimeError(f"daemon did not become healthy: {log.read_text()[-2000:]}")
