@@ -7,9 +7,11 @@ exempt, so anything it tried to send elsewhere would fail instead of leaving the
 default prompt is replaced by a one-line `--system-prompt` and its built-in tools are off (`--tools ""`),
 so the request is a few hundred tokens and `launch claude --min-context` lets SmolLM2's context hold it.
 
-Claude Code sets no temperature and lets the model write up to its output limit, and SmolLM2 at its
-default temperature rambles to that limit (a minute and more on two cores, then Claude Code asks it
-to go on). The test models are made by `localrun create` from Modelfiles, as a user would make them:
+Claude Code sets no temperature and asks for up to 32000 tokens, and SmolLM2 at its default
+temperature rambles until its context is full (a minute and more on two cores, then Claude Code asks
+it to go on). Each run caps Claude Code's output at 256 tokens (CLAUDE_CODE_MAX_OUTPUT_TOKENS: once,
+in CI, an attempt of the Read test ran past its 150 s) and turns off its retries, whose backoff
+would hide a 5xx behind a timeout (CLAUDE_CODE_MAX_RETRIES=0). The test models are made by `localrun create` from Modelfiles, as a user would make them:
 one gives short answers (temperature 0, the end of the first sentence or line as a stop sequence); the
 other is taught by two example turns (MESSAGE) to call Claude Code's Read tool when asked `Read: PATH`,
 since SmolLM2 never calls a tool on its own, and ends its answer at a blank line (its answer to the
@@ -35,7 +37,7 @@ pytestmark = pytest.mark.skipif(shutil.which("claude") is None,
 
 TERSE_MODELFILE = 'FROM smollm2\nPARAMETER temperature 0\nPARAMETER stop .\nPARAMETER stop """\n"""\n'
 QUIET = {"CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1", "DISABLE_AUTOUPDATER": "1", "DISABLE_TELEMETRY": "1",
-         "DISABLE_ERROR_REPORTING": "1",
+         "DISABLE_ERROR_REPORTING": "1", "CLAUDE_CODE_MAX_OUTPUT_TOKENS": "256", "CLAUDE_CODE_MAX_RETRIES": "0",
          **{name: "http://127.0.0.1:9" for name in ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "http_proxy",
                                                     "https_proxy", "all_proxy")},
          "NO_PROXY": "127.0.0.1,localhost", "no_proxy": "127.0.0.1,localhost"}
@@ -77,8 +79,12 @@ def claude_print(daemon, tmp_path: Path, model: str, prompt: str, *args: str,
     command = [sys.executable, "-m", "localrun", "launch", "claude", model, "--ctx", "4096", "--min-context", "2048",
                "--", "-p", prompt, "--system-prompt", "You are terse.", "--output-format", "json",
                "--no-session-persistence", "--strict-mcp-config", *args]
-    result = subprocess.run(command, env=env, cwd=work, capture_output=True, text=True, timeout=150,
-                            stdin=subprocess.DEVNULL)
+    logged = len(daemon.log.read_text())
+    try:
+        result = subprocess.run(command, env=env, cwd=work, capture_output=True, text=True, timeout=150,
+                                stdin=subprocess.DEVNULL)
+    except subprocess.TimeoutExpired:
+        pytest.fail("Claude Code ran past 150 s; the daemon logged:\n" + daemon.log.read_text()[logged:][-3000:])
     assert result.returncode == 0, result.stderr[-3000:] + result.stdout[-3000:]
     return json.loads(result.stdout)
 
