@@ -7,18 +7,18 @@ exempt, so anything it tried to send elsewhere would fail instead of leaving the
 default prompt is replaced by a one-line `--system-prompt` and its built-in tools are off (`--tools ""`),
 so the request is a few hundred tokens and `launch claude --min-context` lets SmolLM2's context hold it.
 
-Claude Code sets no temperature and asks for up to 32000 tokens, and SmolLM2 at its default
-temperature rambles until its context is full (a minute and more on two cores, then Claude Code asks
-it to go on). Each run caps Claude Code's output at 256 tokens (CLAUDE_CODE_MAX_OUTPUT_TOKENS: once,
-in CI, an attempt of the Read test ran past its 150 s) and turns off its retries, whose backoff
-would hide a 5xx behind a timeout (CLAUDE_CODE_MAX_RETRIES=0). The test models are made by `localrun create` from Modelfiles, as a user would make them:
-one gives short answers (temperature 0, the end of the first sentence or line as a stop sequence); the
-other is taught by two example turns (MESSAGE) to call Claude Code's Read tool when asked `Read: PATH`,
-since SmolLM2 never calls a tool on its own, and ends its answer at a blank line (its answer to the
-file once rambled on to the output limit, and Claude Code asked it to go on, past the test's timeout;
-the stop strings are newlines inside triple quotes, since in quotes `\\n` is a backslash and an n).
-The call is the model's own output, parsed by localrun; Claude Code reads the file and sends it back
-as a tool_result in the next request.
+Claude Code sets no temperature and asks for up to 32000 tokens, and SmolLM2 at its default temperature
+rambles until its context is full (a minute and more on two cores, then Claude Code asks it to go on).
+Each run caps Claude Code's output at 256 tokens (CLAUDE_CODE_MAX_OUTPUT_TOKENS: once, in CI, an attempt
+of the Read test ran past its 150 s) and turns off its retries, whose backoff would hide a 5xx behind a
+timeout (CLAUDE_CODE_MAX_RETRIES=0). The test models are made by `localrun create` from Modelfiles, as a
+user would make them: one gives short answers (temperature 0, the end of the first sentence or line as a
+stop sequence); the other is taught by two example turns (MESSAGE) to call Claude Code's Read tool when
+asked `Read: PATH`, since SmolLM2 never calls a tool on its own, and ends its answer at a blank line
+(its answer to the file once rambled on to the output limit, and Claude Code asked it to go on, past the
+test's timeout; the stop strings are newlines inside triple quotes, since in quotes `\\n` is a backslash
+and an n). The call is the model's own output, parsed by localrun; Claude Code reads the file and sends
+it back as a tool_result in the next request.
 """
 
 from __future__ import annotations
