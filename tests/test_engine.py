@@ -539,7 +539,7 @@ def test_grammar_output_equals_llama_cpp_python_filtering_every_token(engine, sm
     """The engine asks the grammar about the chosen token only, and filters the whole vocabulary only
     when it refuses; llama-cpp-python filters the whole vocabulary every token. Greedy must agree,
     also where the model's free choice is refused at almost every token (digits after a story opening)."""
-    llm = llama_cpp.Llama(str(smollm2_path), n_ctx=1024, n_threads=THREADS, n_threads_batch=THREADS, verbose=False)
+    llm = llama_like(engine, smollm2_path, 1024)
     schema = {"type": "object", "properties": {"name": {"type": "string"}, "age": {"type": "integer"}},
               "required": ["name", "age"]}
     cases = [(PROMPTS[0], 'root ::= [0-9]+ " apples and " [0-9]+ " pears"'),
@@ -741,7 +741,7 @@ def test_second_architecture_gemma3(gemma_path):
         cold = generate(cold_eng, follow, "c", max_tokens=16, **GREEDY)
         assert warm.finished.timings.cached_tokens == 0  # the window before token 300 is gone
         assert warm.tokens == cold.tokens
-        llm = llama_cpp.Llama(str(gemma_path), n_ctx=1024, n_threads=THREADS, n_threads_batch=THREADS, verbose=False)
+        llm = llama_like(cold_eng, gemma_path, 1024)
         ref = llm.create_completion(follow, max_tokens=16, temperature=0.0)
         assert cold.text == ref["choices"][0]["text"]
         # this GGUF ships no chat template: llama.cpp's built-in Gemma format stands in
