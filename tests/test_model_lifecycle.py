@@ -83,7 +83,8 @@ def test_deleting_an_idle_loaded_model_ends_its_runner_at_once(daemon, client):
 def test_deleting_a_busy_model_lets_the_answer_finish_then_ends_the_runner(daemon, client):
     """The answer streamed while its model is deleted is the whole answer the model gave before (which
     ends where the model ends it: at 40 tokens on one machine, at an end-of-generation token on another)."""
-    request = dict(model=MODEL, prompt="1, 2, 3, 4, 5, 6, 7, 8,", raw=True, options={"temperature": 0, "num_predict": 40})
+    request = dict(model=MODEL, prompt="1, 2, 3, 4, 5, 6, 7, 8,", raw=True,
+                   options={"temperature": 0, "num_predict": 40})
     whole = client.generate(**request)
     assert whole.eval_count > 20
     [pid] = runner_pids(daemon)
