@@ -198,7 +198,7 @@ ENGINE_RULES: dict[str, Rule] = {
                          words={"off": 0, "on": SPECULATIVE_ON, "false": 0, "true": SPECULATIVE_ON, "no": 0,
                                 "yes": SPECULATIVE_ON}),
     "rpc": Endpoints("HOST:PORT addresses of RPC workers, comma-separated"),
-    "stream_interval_ms": _whole(0, 1000, what="milliseconds from 0 to 1000"),
+    "stream_interval_ms": _whole(0, 1000, words={"auto": None}, what="milliseconds from 0 to 1000"),
     "burst_wait_ms": _whole(0, 1000, what="milliseconds from 0 to 1000"),
     "prefill_slice_ms": _whole(0, 60000, what="milliseconds from 0 to 60000"),
 }
@@ -231,7 +231,7 @@ class EngineSettings:
     speculative: int = 0  # draft length for requests that do not choose one; 0 = no speculative decoding
     safe_mode: bool = False  # plain CPU weights: no repacking, no AMX (after a load crashed; see cpu_features)
     rpc: tuple[str, ...] = ()  # llama.cpp RPC workers (HOST:PORT) the model's layers are spread over
-    stream_interval_ms: int = 0  # > 0: a stream's tokens are sent together, about one chunk per this many ms
+    stream_interval_ms: int | None = None  # a stream's tokens wait up to this many ms; None = auto (runner/interval.py)
     burst_wait_ms: int = 10  # an idle runner waits this long for each next request of a burst (runner/bursts.py)
     prefill_slice_ms: int = 250  # prompt work a step does beside decoding streams (4x each without); 0 = the batch size
 
@@ -318,9 +318,10 @@ SETTINGS: tuple[Setting, ...] = (
                                                    "their own."),
     _engine("LOCALRUN_GPU_LAYERS", "gpu_layers", "Layers to offload to the GPU when the build supports it (auto = all)."),
     _engine("LOCALRUN_STREAM_INTERVAL_MS", "stream_interval_ms",
-            "0 = every token is sent as it comes; N = a stream's tokens are sent together, about one chunk per "
-            "N ms, none held longer than about N ms: fewer wake-ups for the daemon and the client, which on a "
-            "machine without a spare core is decode speed (docs/benchmarks.md)."),
+            "0 = every token is sent as it comes; N = after a stream's first token, its tokens are held and "
+            "sent together about every N ms (still a chunk per token): fewer wake-ups of the daemon, which on "
+            "a machine without a spare CPU is decode speed; auto = 25 while the decode threads use every CPU and "
+            "the model is not on a GPU, else 0 (runner/interval.py, docs/benchmarks.md)."),
     _engine("LOCALRUN_BURST_WAIT_MS", "burst_wait_ms",
             "While requests come in bursts, an idle model waits up to N ms for each next one (5 N in all), so "
             "that their prompts start together; 0 = never wait (runner/bursts.py)."),

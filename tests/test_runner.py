@@ -185,24 +185,30 @@ def test_without_deltas_only_logprobs_travel_and_done_has_the_whole_text(smollm2
     asyncio.run(main())
 
 
-@pytest.mark.parametrize("interval_ms, want_deltas", [(0, 12), (1, 12), (1000, 2)])
-def test_the_stream_interval_merges_a_streams_tokens_and_loses_none(smollm2_path, interval_ms, want_deltas):
-    """EngineSettings.stream_interval_ms: the first delta goes at once; later ones wait and merge until
-    one more step would keep them past the interval (1 ms: every step's token is due at its end), or
-    until the choice ends (1 s, longer than 12 tokens take: everything after the first comes as one delta before Done)."""
-    async def main() -> list[dict]:
+@pytest.mark.parametrize("interval_ms, held", [(0, False), (1, False), (1000, True)])
+def test_the_stream_interval_holds_a_streams_tokens_and_sends_each_as_its_own_delta(smollm2_path, interval_ms, held):
+    """EngineSettings.stream_interval_ms: the first delta goes at once; later ones wait until one more
+    step would keep them past the interval (1 ms: every step's token is due at its end), or until the
+    choice ends (1 s, longer than 12 tokens take: the other 11 come in one write, just before Done).
+    Held or not, each token is a delta of its own: clients see a chunk per token."""
+    async def main() -> list[tuple[float, dict]]:
         options = EngineSettings(parallel=2, ctx_size=512, stream_interval_ms=interval_ms)
         runner = await RunnerProcess.start(smollm2_path, options)
         try:
-            return await generate_request(runner, request("Once upon a time", 12))
+            stream = runner.stream("generate", request=request("Once upon a time", 12))
+            return [(time.perf_counter(), message) async for message in stream]
         finally:
             await runner.close()
 
-    messages = asyncio.run(main())
-    deltas = [m for m in messages if m["type"] == "delta"]
+    seen = asyncio.run(main())
+    messages = [m for _, m in seen]
+    arrivals = [at for at, m in seen if m["type"] == "delta"]
     kinds = [m["type"] for m in messages]
-    assert len(deltas) == want_deltas and kinds.index("started") < kinds.index("delta") and kinds[-1] == "done"
-    assert "".join(m["text"] for m in deltas) == messages[-1]["text"] and messages[-1]["timings"]["generated_tokens"] == 12
+    assert len(arrivals) == 12 and kinds.index("started") < kinds.index("delta") and kinds[-1] == "done"
+    assert "".join(m["text"] for m in messages if m["type"] == "delta") == messages[-1]["text"]
+    assert messages[-1]["timings"]["generated_tokens"] == 12
+    later_spread, answer_time = arrivals[-1] - arrivals[1], seen[-1][0] - arrivals[0]
+    assert (later_spread < 0.1 * answer_time) if held else (later_spread > 0.5 * answer_time)
 
 
 def test_a_steps_decode_tokens_go_out_before_its_prompt_chunks_run(smollm2_path):

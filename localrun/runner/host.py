@@ -23,6 +23,7 @@ from typing import Any
 from localrun.engine import Engine, Finished, Request, Token
 from localrun.engine.embed import Truncate
 from localrun.engine.perplexity import perplexity
+from localrun.engine.settings import allowed_cpus
 from localrun.errors import InvalidRequest, LocalrunError
 from localrun.families import GENERIC, Family, OutputParser, family_for
 from localrun.native import Delta, Done, GenerateRequest, Started, TokenLogprob, encode_event
@@ -31,6 +32,7 @@ from localrun.ops import (
     Scores, Text, Tokenize, Tokens,
 )
 from localrun.runner.bursts import GATHER_GAPS, Bursts
+from localrun.runner.interval import Held, stream_interval
 from localrun.runner.prompt import build_chat, build_grammar, build_prompt
 from localrun.runner.protocol import Channel
 from localrun.sampling import SamplingParams
@@ -54,9 +56,7 @@ class _Choice:
     thought_tokens: int = 0
     context: list[int] | None = None  # prompt + generated token ids, when the request wants them back
     deltas: bool = True  # False: deltas are sent only for their logprobs (GenerateRequest.deltas)
-    held: Delta | None = None  # output waiting for the stream interval (EngineSettings.stream_interval_ms)
-    held_since: float = 0.0
-    sent: bool = False  # a delta went out; the first always goes at once
+    held: Held = field(default_factory=Held)  # deltas waiting for the stream interval (interval.py)
 
     def over_budget(self) -> bool:
         """Counts this token when it is thinking; True once, when that makes the thinking reach its budget."""
@@ -76,7 +76,8 @@ class RunnerHost:
         self.family: Family = family_for(engine.model.chat_template())
         self.jobs: dict[str, tuple[threading.Thread, threading.Event]] = {}  # request id -> background job
         self.stopping = False
-        self.interval = engine.settings.stream_interval_ms / 1000.0
+        self.cpus = len(allowed_cpus())
+        self.interval = 0.0  # seconds a stream's tokens are held after its first; set for each step (interval.py)
         self.bursts = Bursts(engine.settings.burst_wait_ms / 1000.0)
 
     def run(self) -> None:
@@ -88,6 +89,7 @@ class RunnerHost:
                 self._gather()
             if self.engine.has_work and not self.stopping:
                 began = time.perf_counter()
+                self.interval = self._interval()
                 for events in self.engine.calls():  # each llama_decode call's tokens go out before the next call
                     started = self._started()  # before the events: a choice's Started precedes its first delta
                     messages = started + [message for event in events for message in self._emit_one(event)]
@@ -95,6 +97,11 @@ class RunnerHost:
         for thread, stop in list(self.jobs.values()):  # the model must outlive them
             stop.set()
             thread.join()
+
+    def _interval(self) -> float:
+        engine = self.engine
+        return stream_interval(engine.settings.stream_interval_ms, engine.threads, self.cpus,
+                               on_gpu=bool(engine.model.gpu_layers))
 
     def _read(self) -> None:
         try:
@@ -331,37 +338,29 @@ class RunnerHost:
 
     def _delta(self, choice: _Choice, text: str, logprobs: list[TokenLogprob], reasoning: str = "") -> list[dict[str, Any]]:
         """The delta's message, if the request wants it and the stream interval lets it go now (else it
-        is held, merged with what follows); its text counts toward the Done either way."""
+        is held until the interval is due, and then goes with the others held, each its own message in
+        one write); its text counts toward the Done either way."""
         choice.text.append(text)
         choice.reasoning.append(reasoning)
         if not (choice.deltas or logprobs):
             return []
-        held = choice.held
-        if held is not None:
-            choice.held = Delta(choice.index, held.text + text, held.logprobs + logprobs, held.reasoning + reasoning)
-            return []
         delta = Delta(choice.index, text, logprobs, reasoning)
-        if self.interval and choice.sent:
-            choice.held, choice.held_since = delta, time.perf_counter()
-            return []
-        choice.sent = True
-        return [encode_event(choice.request_id, delta)]
+        return self._encoded(choice, choice.held.push(delta, time.perf_counter(), self.interval))
 
     def _release(self, choice: _Choice) -> list[dict[str, Any]]:
-        held, choice.held = choice.held, None
-        return [encode_event(choice.request_id, held)] if held is not None else []
+        return self._encoded(choice, choice.held.release())
 
     def _due(self, step_began: float) -> list[dict[str, Any]]:
         """The held deltas that one more step as long as the one begun at `step_began` would keep past
-        the stream interval: a stream then writes about one chunk per interval, and no token waits
-        much longer than it."""
-        if not self.interval:
-            return []
+        the stream interval (all of them once it is 0)."""
         now = time.perf_counter()
         step_s = now - step_began
         return [message for choice in self.choices.values()
-                if choice.held is not None and now - choice.held_since + step_s >= self.interval
-                for message in self._release(choice)]
+                for message in self._encoded(choice, choice.held.due(now, step_s, self.interval))]
+
+    @staticmethod
+    def _encoded(choice: _Choice, deltas: list[Delta]) -> list[dict[str, Any]]:
+        return [encode_event(choice.request_id, delta) for delta in deltas]
 
 
 def internal_error(error: Exception) -> LocalrunError:
