@@ -194,6 +194,7 @@ class RunningModel:
     safe_mode: bool = False
     extra_buffer_types: list[str] = field(default_factory=list)
     cpu: list[str] = field(default_factory=list)  # the CPU features llama.cpp uses, one line each
+    stream_interval_ms: int | None = None  # how long a stream's tokens are held now (0: not); None when not told
 
     def to_dict(self) -> dict[str, Any]:
         return {"name": self.name, "model": self.model, "size": self.size, "digest": self.digest,
@@ -202,20 +203,22 @@ class RunningModel:
                 "kv_cache_type": self.kv_cache_type, "flash_attn": self.flash_attn, "threads": self.threads,
                 "active_requests": self.active_requests, "speculative": self.speculative,
                 "speculative_exact": self.speculative_exact, "safe_mode": self.safe_mode,
-                "extra_buffer_types": self.extra_buffer_types, "cpu": self.cpu}
+                "extra_buffer_types": self.extra_buffer_types, "cpu": self.cpu,
+                "stream_interval_ms": self.stream_interval_ms}
 
     @classmethod
     def from_dict(cls, data: Any) -> RunningModel:
         data = _object(data)
         name = _str(data.get("name")) or _str(data.get("model"))
-        exact = data.get("speculative_exact")
+        exact, interval = data.get("speculative_exact"), data.get("stream_interval_ms")
         return cls(name, _str(data.get("model")) or name, _int(data.get("size")), _str(data.get("digest")),
                    ModelDetails.from_dict(data.get("details")), _str(data.get("expires_at")),
                    _int(data.get("size_vram")), _int(data.get("context_length")), _int(data.get("parallel")),
                    _str(data.get("kv_cache_type")), _str(data.get("flash_attn")), _int(data.get("threads")) or None,
                    _int(data.get("active_requests")), _int(data.get("speculative")),
                    exact if isinstance(exact, bool) else None, data.get("safe_mode") is True,
-                   _strings(data.get("extra_buffer_types")), _strings(data.get("cpu")))
+                   _strings(data.get("extra_buffer_types")), _strings(data.get("cpu")),
+                   interval if type(interval) is int else None)
 
 
 @dataclass(frozen=True, slots=True)

@@ -93,6 +93,7 @@ class PerplexityResult(_Wire):
 class Health(_Wire):
     running: int  # sequences the engine is working on
     threads: int | None = None  # the CPU threads it decodes with now (the tuner changes them)
+    stream_interval_ms: int | None = None  # how long a stream's tokens are held now (runner/interval.py)
 
 
 # --- requests ------------------------------------------------------------------------------------

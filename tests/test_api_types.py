@@ -11,6 +11,8 @@ import pytest
 
 from localrun.api_types import ListedModel, PullProgress, RunningModel, ShowResponse
 from localrun.client import Client
+from localrun.engine.settings import allowed_cpus
+from localrun.runner.interval import AUTO_MS
 from tests.cli import run_cli
 from tests.fileserver import FileServer
 from tests.tiny_gguf import write_tiny_gguf
@@ -93,6 +95,8 @@ def test_a_loaded_model_round_trips_through_ps_with_every_member_and_the_cli_pri
     assert (smollm2.model, smollm2.kv_cache_type, smollm2.details.family) == ("smollm2:135m", "f16", "llama")
     assert smollm2.context_length > 0 and smollm2.parallel > 0 and smollm2.size > 50_000_000
     assert isinstance(smollm2.threads, int) and smollm2.cpu and smollm2.expires_at
+    no_cpu_spare = smollm2.threads >= len(allowed_cpus())  # the default, auto, holds a stream's tokens then
+    assert smollm2.stream_interval_ms == (AUTO_MS if no_cpu_spare else 0)
     printed = json.loads(run_cli("ps", "--json", env=daemon.env()).stdout)
     assert [m["name"] for m in printed] == [m.name for m in running]
     assert set(printed[0]) == {"name", "digest", "size", "size_vram", "context_length", "expires_at", "kv_cache_type"}
@@ -104,4 +108,5 @@ def test_another_ollamas_ps_answer_reads_with_localruns_members_empty():
                                       "details": {"family": "llama"}, "threads": "many"})
     assert (running.name, running.size_vram, running.context_length, running.details.family) == (
         "llama3.2:latest", 3_000_000, 4096, "llama")
-    assert (running.kv_cache_type, running.threads, running.speculative_exact, running.cpu) == ("", None, None, [])
+    assert (running.kv_cache_type, running.threads, running.speculative_exact, running.cpu,
+            running.stream_interval_ms) == ("", None, None, [], None)

@@ -99,6 +99,7 @@ class RunnerHost:
             thread.join()
 
     def _interval(self) -> float:
+        """Seconds a stream's tokens are held after its first, for the threads decoding now."""
         engine = self.engine
         return stream_interval(engine.settings.stream_interval_ms, engine.threads, self.cpus,
                                on_gpu=bool(engine.model.gpu_layers))
@@ -264,7 +265,7 @@ class RunnerHost:
         ])
 
     def _op_health(self, rid: str, op: HealthCheck) -> Health:
-        return Health(len(self.choices), self.engine.threads)
+        return Health(len(self.choices), self.engine.threads, round(self._interval() * 1000))
 
     def _result(self, rid: str, answer: Any) -> None:
         """An operation's typed answer (localrun.ops), as its "result" message."""

@@ -191,6 +191,7 @@ def _running(loaded: Loaded, health: Health | None) -> RunningModel:
         threads=health.threads if health else info.get("threads"), active_requests=loaded.pending,
         speculative=info.get("speculative", 0), speculative_exact=info.get("speculative_exact"),
         safe_mode=options.safe_mode, extra_buffer_types=info.get("extra_buffer_types", []), cpu=info.get("cpu", []),
+        stream_interval_ms=health.stream_interval_ms if health else None,
     )
 
 
