@@ -89,7 +89,7 @@ class RunnerHost:
                 self._gather()
             if self.engine.has_work and not self.stopping:
                 began = time.perf_counter()
-                self.interval = self._interval()
+                self.interval = self._interval_now()
                 for events in self.engine.calls():  # each llama_decode call's tokens go out before the next call
                     started = self._started()  # before the events: a choice's Started precedes its first delta
                     messages = started + [message for event in events for message in self._emit_one(event)]
@@ -98,7 +98,7 @@ class RunnerHost:
             stop.set()
             thread.join()
 
-    def _interval(self) -> float:
+    def _interval_now(self) -> float:
         """Seconds a stream's tokens are held after its first, for the threads decoding now."""
         engine = self.engine
         return stream_interval(engine.settings.stream_interval_ms, engine.threads, self.cpus,
@@ -265,7 +265,7 @@ class RunnerHost:
         ])
 
     def _op_health(self, rid: str, op: HealthCheck) -> Health:
-        return Health(len(self.choices), self.engine.threads, round(self._interval() * 1000))
+        return Health(len(self.choices), self.engine.threads, round(self._interval_now() * 1000))
 
     def _result(self, rid: str, answer: Any) -> None:
         """An operation's typed answer (localrun.ops), as its "result" message."""
